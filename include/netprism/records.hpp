@@ -1,0 +1,142 @@
+// The records that cross the agent -> aggregator boundary, and the messages that carry them.
+// One definition each; the msgpack codec (wire.hpp) is the only code that turns them into bytes.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "netprism/flowlet.h"
+
+#include <cstring>
+
+// Field-wise equality of the C record; padding fields are always zero (the codec writes and reads zeros), so
+// comparing the bytes is comparing the fields. Global namespace so ADL finds it for np_flowlet.
+inline bool operator==(const np_flowlet& a, const np_flowlet& b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+namespace netprism {
+
+// Version of the wire schema below; the codec rejects any other value with a clear error.
+inline constexpr uint32_t kWireSchemaVersion = 1;
+
+// A flowlet as shipped: the kernel record with first_ns/last_ns converted to Unix-epoch ns by the agent.
+using Flowlet = np_flowlet;
+
+// One sample of one RDMA port's counters, as read from sysfs. Byte counters are already in bytes
+// (port_xmit_data/port_rcv_data count 4-byte words; the agent multiplies by 4).
+struct RdmaCounterSample {
+  std::string device;
+  uint32_t port = 0;
+  uint64_t ts_ns = 0;
+  uint64_t xmit_bytes = 0;
+  uint64_t rcv_bytes = 0;
+  uint64_t xmit_packets = 0;
+  uint64_t rcv_packets = 0;
+  std::map<std::string, uint64_t> hw;  // hw_counters/*, by file name
+  bool operator==(const RdmaCounterSample&) const = default;
+};
+
+// A burst of activity on one RDMA port, made from counter deltas with the probe's burst rule.
+struct RdmaPortBurst {
+  std::string device;
+  uint32_t port = 0;
+  uint64_t first_ns = 0;
+  uint64_t last_ns = 0;
+  uint64_t xmit_bytes = 0;
+  uint64_t rcv_bytes = 0;
+  uint64_t xmit_packets = 0;
+  uint64_t rcv_packets = 0;
+  bool operator==(const RdmaPortBurst&) const = default;
+};
+
+// One row of the RDMA QP table (RDMA_NLDEV_CMD_RES_QP_GET), used to attribute per-QP traffic.
+struct QpEntry {
+  std::string device;
+  uint32_t port = 0;
+  uint32_t lqpn = 0;
+  uint32_t rqpn = 0;
+  std::string type;   // RC, UD, ...
+  std::string state;  // RTS, ...
+  std::string src_addr;
+  std::string dst_addr;
+  uint32_t pid = 0;
+  std::string comm;
+  bool operator==(const QpEntry&) const = default;
+};
+
+struct InterfaceInfo {
+  std::string name;
+  uint32_t ifindex = 0;
+  std::vector<std::string> addrs;  // textual, RFC 5952 / dotted quad
+  bool operator==(const InterfaceInfo&) const = default;
+};
+
+// How the node's clock is disciplined, as far as the agent can read it.
+struct ClockInfo {
+  std::string source = "unknown";  // chrony | ptp | ntp | unknown
+  bool synced = false;
+  int64_t est_error_ns = -1;  // -1: unknown
+  bool operator==(const ClockInfo&) const = default;
+};
+
+// Agent counters by name (captured, shipped, acked, spooled, dropped_*, probe_*): open-ended on purpose,
+// so a newer agent can report more without a schema change.
+using Counters = std::map<std::string, uint64_t>;
+
+enum class MsgType : uint32_t {
+  kHello = 1,
+  kBatch = 2,
+  kAck = 3,
+  kHeartbeat = 4,
+};
+
+struct Hello {
+  std::string node;
+  std::string agent_version;
+  uint64_t epoch = 0;  // identifies one agent run; seq restarts at 0 with every new epoch
+  std::vector<InterfaceInfo> interfaces;
+  ClockInfo clock;
+  uint64_t sent_ns = 0;
+  bool operator==(const Hello&) const = default;
+};
+
+struct Batch {
+  std::string node;
+  uint64_t epoch = 0;
+  uint64_t seq = 0;
+  uint64_t sent_ns = 0;
+  std::vector<Flowlet> flowlets;
+  std::vector<RdmaCounterSample> rdma_samples;
+  std::vector<RdmaPortBurst> rdma_bursts;
+  std::vector<QpEntry> qps;
+  Counters counters;
+  bool operator==(const Batch&) const = default;
+};
+
+enum class AckStatus : uint32_t {
+  kOk = 0,           // durably stored
+  kDuplicate = 1,    // already stored earlier; not stored again
+  kUnknownNode = 2,  // send HELLO again, then resend
+  kRejected = 3,     // malformed; reason says why (never resent as is)
+  kHelloOk = 4,      // answer to HELLO
+};
+
+struct Ack {
+  uint64_t epoch = 0;
+  uint64_t seq = 0;
+  AckStatus status = AckStatus::kOk;
+  std::string reason;
+  uint64_t server_ns = 0;  // aggregator clock when answering (for offset estimation)
+  bool operator==(const Ack&) const = default;
+};
+
+struct Heartbeat {
+  std::string node;
+  uint64_t epoch = 0;
+  uint64_t sent_ns = 0;
+  Counters counters;
+  bool operator==(const Heartbeat&) const = default;
+};
+
+}  // namespace netprism
