@@ -10,11 +10,16 @@ namespace {
 
 const char* type_name(Type t) {
   switch (t) {
-    case Type::kString: return "a string";
-    case Type::kInteger: return "an integer";
-    case Type::kFloat: return "a number";
-    case Type::kBool: return "a boolean";
-    case Type::kStringList: return "an array of strings";
+    case Type::kString:
+      return "a string";
+    case Type::kInteger:
+      return "an integer";
+    case Type::kFloat:
+      return "a number";
+    case Type::kBool:
+      return "a boolean";
+    case Type::kStringList:
+      return "an array of strings";
   }
   return "?";
 }
@@ -33,18 +38,30 @@ std::string walk(const toml::table& t, const std::string& prefix, const Schema& 
     std::string bad = "key '" + key + "' must be " + type_name(it->second);
     switch (it->second) {
       case Type::kString:
-        if (auto v = node.value<std::string>(); v && node.is_string()) out[key] = *v; else return bad;
+        if (auto v = node.value<std::string>(); v && node.is_string())
+          out[key] = *v;
+        else
+          return bad;
         break;
       case Type::kInteger:
-        if (auto v = node.as_integer()) out[key] = v->get(); else return bad;
+        if (auto v = node.as_integer())
+          out[key] = v->get();
+        else
+          return bad;
         break;
       case Type::kFloat:
-        if (auto v = node.as_floating_point()) out[key] = v->get();
-        else if (auto i = node.as_integer()) out[key] = static_cast<double>(i->get());
-        else return bad;
+        if (auto v = node.as_floating_point())
+          out[key] = v->get();
+        else if (auto i = node.as_integer())
+          out[key] = static_cast<double>(i->get());
+        else
+          return bad;
         break;
       case Type::kBool:
-        if (auto v = node.as_boolean()) out[key] = v->get(); else return bad;
+        if (auto v = node.as_boolean())
+          out[key] = v->get();
+        else
+          return bad;
         break;
       case Type::kStringList: {
         const auto* arr = node.as_array();

@@ -132,7 +132,8 @@ template <class T>
 T num(const msgpack::object& o, const char* what) {
   static_assert(std::is_integral_v<T>);
   if constexpr (std::is_unsigned_v<T>) {
-    if (o.type != msgpack::type::POSITIVE_INTEGER) throw Failure(std::string(what) + ": expected unsigned integer");
+    if (o.type != msgpack::type::POSITIVE_INTEGER)
+      throw Failure(std::string(what) + ": expected unsigned integer");
     if (o.via.u64 > std::numeric_limits<T>::max()) throw Failure(std::string(what) + ": value out of range");
     return static_cast<T>(o.via.u64);
   } else {
@@ -191,7 +192,8 @@ Flowlet flowlet(const msgpack::object& o) {
   r.key.dport = num<uint16_t>(f[4], "flowlet.dport");
   r.key.qpn = num<uint32_t>(f[5], "flowlet.qpn");
   r.key.proto = num<uint8_t>(f[6], "flowlet.proto");
-  if (r.key.proto < NP_PROTO_TCP || r.key.proto > NP_PROTO_ROCE) throw Failure("flowlet.proto: unknown protocol");
+  if (r.key.proto < NP_PROTO_TCP || r.key.proto > NP_PROTO_ROCE)
+    throw Failure("flowlet.proto: unknown protocol");
   r.key.dir = num<uint8_t>(f[7], "flowlet.dir");
   if (r.key.dir > NP_DIR_EGRESS) throw Failure("flowlet.dir: unknown direction");
   r.key.family = num<uint8_t>(f[8], "flowlet.family");
@@ -212,34 +214,44 @@ Flowlet flowlet(const msgpack::object& o) {
 
 RdmaCounterSample rdma_sample(const msgpack::object& o) {
   const auto* f = fields(o, 8, "rdma_sample");
-  return {str(f[0], "rdma_sample.device"),       num<uint32_t>(f[1], "rdma_sample.port"),
-          num<uint64_t>(f[2], "rdma_sample.ts_ns"), num<uint64_t>(f[3], "rdma_sample.xmit_bytes"),
-          num<uint64_t>(f[4], "rdma_sample.rcv_bytes"), num<uint64_t>(f[5], "rdma_sample.xmit_packets"),
-          num<uint64_t>(f[6], "rdma_sample.rcv_packets"), counters(f[7], "rdma_sample.hw")};
+  return {str(f[0], "rdma_sample.device"),
+          num<uint32_t>(f[1], "rdma_sample.port"),
+          num<uint64_t>(f[2], "rdma_sample.ts_ns"),
+          num<uint64_t>(f[3], "rdma_sample.xmit_bytes"),
+          num<uint64_t>(f[4], "rdma_sample.rcv_bytes"),
+          num<uint64_t>(f[5], "rdma_sample.xmit_packets"),
+          num<uint64_t>(f[6], "rdma_sample.rcv_packets"),
+          counters(f[7], "rdma_sample.hw")};
 }
 
 RdmaPortBurst rdma_burst(const msgpack::object& o) {
   const auto* f = fields(o, 8, "rdma_burst");
-  RdmaPortBurst b{str(f[0], "rdma_burst.device"),         num<uint32_t>(f[1], "rdma_burst.port"),
-                  num<uint64_t>(f[2], "rdma_burst.first_ns"),  num<uint64_t>(f[3], "rdma_burst.last_ns"),
-                  num<uint64_t>(f[4], "rdma_burst.xmit_bytes"), num<uint64_t>(f[5], "rdma_burst.rcv_bytes"),
-                  num<uint64_t>(f[6], "rdma_burst.xmit_packets"), num<uint64_t>(f[7], "rdma_burst.rcv_packets")};
+  RdmaPortBurst b{str(f[0], "rdma_burst.device"),
+                  num<uint32_t>(f[1], "rdma_burst.port"),
+                  num<uint64_t>(f[2], "rdma_burst.first_ns"),
+                  num<uint64_t>(f[3], "rdma_burst.last_ns"),
+                  num<uint64_t>(f[4], "rdma_burst.xmit_bytes"),
+                  num<uint64_t>(f[5], "rdma_burst.rcv_bytes"),
+                  num<uint64_t>(f[6], "rdma_burst.xmit_packets"),
+                  num<uint64_t>(f[7], "rdma_burst.rcv_packets")};
   if (b.last_ns < b.first_ns) throw Failure("rdma_burst: last_ns before first_ns");
   return b;
 }
 
 QpEntry qp(const msgpack::object& o) {
   const auto* f = fields(o, 10, "qp");
-  return {str(f[0], "qp.device"), num<uint32_t>(f[1], "qp.port"),     num<uint32_t>(f[2], "qp.lqpn"),
-          num<uint32_t>(f[3], "qp.rqpn"), str(f[4], "qp.type"),       str(f[5], "qp.state"),
-          str(f[6], "qp.src_addr"),   str(f[7], "qp.dst_addr"),       num<uint32_t>(f[8], "qp.pid"),
-          str(f[9], "qp.comm")};
+  return {str(f[0], "qp.device"),         num<uint32_t>(f[1], "qp.port"),
+          num<uint32_t>(f[2], "qp.lqpn"), num<uint32_t>(f[3], "qp.rqpn"),
+          str(f[4], "qp.type"),           str(f[5], "qp.state"),
+          str(f[6], "qp.src_addr"),       str(f[7], "qp.dst_addr"),
+          num<uint32_t>(f[8], "qp.pid"),  str(f[9], "qp.comm")};
 }
 
 InterfaceInfo iface(const msgpack::object& o) {
   const auto* f = fields(o, 3, "interface");
   return {str(f[0], "interface.name"), num<uint32_t>(f[1], "interface.ifindex"),
-          vec<std::string>(f[2], "interface.addrs", [](const msgpack::object& a) { return str(a, "interface.addr"); })};
+          vec<std::string>(f[2], "interface.addrs",
+                           [](const msgpack::object& a) { return str(a, "interface.addr"); })};
 }
 
 Hello hello(const msgpack::object& o) {
@@ -371,11 +383,20 @@ DecodeResult decode(std::string_view bytes, const DecodeLimits& limits) {
                     std::to_string(kWireSchemaVersion) + ")");
     auto type = static_cast<MsgType>(num<uint32_t>(env[1], "envelope.type"));
     switch (type) {
-      case MsgType::kHello: r.message = Message{type, hello(env[2])}; break;
-      case MsgType::kBatch: r.message = Message{type, batch(env[2])}; break;
-      case MsgType::kAck: r.message = Message{type, ack(env[2])}; break;
-      case MsgType::kHeartbeat: r.message = Message{type, heartbeat(env[2])}; break;
-      default: throw Failure("unknown message type " + std::to_string(static_cast<uint32_t>(type)));
+      case MsgType::kHello:
+        r.message = Message{type, hello(env[2])};
+        break;
+      case MsgType::kBatch:
+        r.message = Message{type, batch(env[2])};
+        break;
+      case MsgType::kAck:
+        r.message = Message{type, ack(env[2])};
+        break;
+      case MsgType::kHeartbeat:
+        r.message = Message{type, heartbeat(env[2])};
+        break;
+      default:
+        throw Failure("unknown message type " + std::to_string(static_cast<uint32_t>(type)));
     }
   } catch (const Failure& e) {
     r.message.reset();

@@ -16,7 +16,9 @@ inline constexpr int kExitError = 1;
 inline constexpr int kExitUsage = 2;
 
 // Adds --version (and keeps -h/--help) in the contract's form.
-inline void standard_flags(CLI::App& app) { app.set_version_flag("--version", std::string(kVersion)); }
+inline void standard_flags(CLI::App& app) {
+  app.set_version_flag("--version", std::string(kVersion));
+}
 
 // Parses argv. Returns nullopt when the program should go on, else the exit code to return: 0 after --help or
 // --version, 2 for every usage error the parser finds (unknown flag, missing or malformed argument), with one

@@ -53,7 +53,7 @@ struct np_flow_key {
   __u32 ifindex;
   __u16 sport;
   __u16 dport;
-  __u32 qpn; /* RoCE destination QP (24 bits); 0 for TCP/UDP */
+  __u32 qpn;   /* RoCE destination QP (24 bits); 0 for TCP/UDP */
   __u8 proto;  /* enum np_proto */
   __u8 dir;    /* enum np_direction */
   __u8 family; /* 4 or 6 */

@@ -10,17 +10,17 @@
 /* Per-CPU counters: every packet the probe sees, and every reason it skipped or lost something.
  * Nothing is dropped silently: each loss path increments exactly one of these. */
 enum np_counter {
-  NP_CNT_PACKETS = 0,      /* packets seen by any entry point */
-  NP_CNT_NON_IP,           /* ARP, LLDP, ... : counted, passed, no flow */
-  NP_CNT_TRUNCATED,        /* packet ended inside a header we needed */
-  NP_CNT_UNPARSED,         /* malformed header (bogus IHL, ...) */
-  NP_CNT_IPV6_EXT,         /* IPv6 extension chain we do not walk */
-  NP_CNT_OTHER_L4,         /* IP but neither TCP nor UDP (ICMP, ...) */
-  NP_CNT_EXCLUDED,         /* matched the exclusion list (the agent's own traffic) */
-  NP_CNT_RINGBUF_FULL,     /* a finished burst could not be reserved in the ring buffer */
-  NP_CNT_MAP_FULL,         /* flow table full: new flow not tracked */
-  NP_CNT_MAP_BUSY,         /* flow table update failed with EBUSY/other */
-  NP_CNT_BURSTS_EMITTED,   /* bursts written to the ring buffer */
+  NP_CNT_PACKETS = 0,    /* packets seen by any entry point */
+  NP_CNT_NON_IP,         /* ARP, LLDP, ... : counted, passed, no flow */
+  NP_CNT_TRUNCATED,      /* packet ended inside a header we needed */
+  NP_CNT_UNPARSED,       /* malformed header (bogus IHL, ...) */
+  NP_CNT_IPV6_EXT,       /* IPv6 extension chain we do not walk */
+  NP_CNT_OTHER_L4,       /* IP but neither TCP nor UDP (ICMP, ...) */
+  NP_CNT_EXCLUDED,       /* matched the exclusion list (the agent's own traffic) */
+  NP_CNT_RINGBUF_FULL,   /* a finished burst could not be reserved in the ring buffer */
+  NP_CNT_MAP_FULL,       /* flow table full: new flow not tracked */
+  NP_CNT_MAP_BUSY,       /* flow table update failed with EBUSY/other */
+  NP_CNT_BURSTS_EMITTED, /* bursts written to the ring buffer */
   NP_CNT_MAX,
 };
 

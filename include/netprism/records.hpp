@@ -13,7 +13,9 @@
 
 // Field-wise equality of the C record; padding fields are always zero (the codec writes and reads zeros), so
 // comparing the bytes is comparing the fields. Global namespace so ADL finds it for np_flowlet.
-inline bool operator==(const np_flowlet& a, const np_flowlet& b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+inline bool operator==(const np_flowlet& a, const np_flowlet& b) {
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
 
 namespace netprism {
 

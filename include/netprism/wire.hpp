@@ -1,9 +1,10 @@
 // msgpack codec for the agent <-> aggregator messages (records.hpp).
 //
-// Framing: every ZeroMQ message is one msgpack array [schema_version, type, body]; bodies are positional arrays
-// (compact, and extra trailing fields from a newer minor revision are ignored). Decoding treats the bytes as
-// hostile: container and string sizes are capped both by fixed limits and by the input length (an array of N
-// elements needs at least N bytes), so no allocation is sized by an attacker, and no exception leaves decode().
+// Framing: every ZeroMQ message is one msgpack array [schema_version, type, body]; bodies are positional
+// arrays (compact, and extra trailing fields from a newer minor revision are ignored). Decoding treats the
+// bytes as hostile: container and string sizes are capped both by fixed limits and by the input length (an
+// array of N elements needs at least N bytes), so no allocation is sized by an attacker, and no exception
+// leaves decode().
 #pragma once
 
 #include <cstdint>

@@ -16,10 +16,10 @@ inline bool in_ci() {
 }
 }  // namespace netprism::test
 
-#define NP_REQUIRE_ROOT()                                                                           \
-  do {                                                                                              \
-    if (geteuid() != 0) {                                                                           \
-      if (::netprism::test::in_ci()) FAIL() << "this test needs root and CI must run it";           \
+#define NP_REQUIRE_ROOT()                                                                             \
+  do {                                                                                                \
+    if (geteuid() != 0) {                                                                             \
+      if (::netprism::test::in_ci()) FAIL() << "this test needs root and CI must run it";             \
       GTEST_SKIP() << "needs root (loads BPF programs / creates namespaces); run as root to include"; \
-    }                                                                                               \
+    }                                                                                                 \
   } while (0)

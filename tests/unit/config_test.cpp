@@ -5,13 +5,17 @@
 namespace netprism::config {
 namespace {
 
-const Schema kSchema = {{"node", Type::kString},       {"iface", Type::kStringList}, {"probe.gap_ms", Type::kFloat},
-                        {"spool.max_mb", Type::kInteger}, {"debug", Type::kBool}};
+const Schema kSchema = {{"node", Type::kString},
+                        {"iface", Type::kStringList},
+                        {"probe.gap_ms", Type::kFloat},
+                        {"spool.max_mb", Type::kInteger},
+                        {"debug", Type::kBool}};
 
 TEST(Config, LoadsEveryType) {
-  auto r = load_string("node = \"gpu1\"\niface = [\"eth0\", \"eth1\"]\ndebug = true\n[probe]\ngap_ms = 2\n"
-                       "[spool]\nmax_mb = 512\n",
-                       kSchema);
+  auto r = load_string(
+      "node = \"gpu1\"\niface = [\"eth0\", \"eth1\"]\ndebug = true\n[probe]\ngap_ms = 2\n"
+      "[spool]\nmax_mb = 512\n",
+      kSchema);
   ASSERT_TRUE(r) << r.error;
   EXPECT_EQ(get<std::string>(r.values, "node"), "gpu1");
   EXPECT_EQ((get<std::vector<std::string>>(r.values, "iface")), (std::vector<std::string>{"eth0", "eth1"}));

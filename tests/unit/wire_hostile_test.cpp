@@ -45,7 +45,9 @@ void expect_rejected(const std::string& bytes, const std::string& needle = "") {
   }
 }
 
-TEST(WireHostile, EmptyInput) { expect_rejected("", "empty"); }
+TEST(WireHostile, EmptyInput) {
+  expect_rejected("", "empty");
+}
 
 TEST(WireHostile, TruncatedAtEveryByte) {
   auto bytes = valid_batch();
@@ -53,7 +55,9 @@ TEST(WireHostile, TruncatedAtEveryByte) {
   for (std::size_t n = 1; n < bytes.size(); ++n) expect_rejected(bytes.substr(0, n));
 }
 
-TEST(WireHostile, TrailingBytes) { expect_rejected(valid_batch() + "x", "trailing"); }
+TEST(WireHostile, TrailingBytes) {
+  expect_rejected(valid_batch() + "x", "trailing");
+}
 
 TEST(WireHostile, UnknownSchemaVersion) {
   auto m = raw([](auto& pk) {
@@ -154,12 +158,12 @@ TEST(WireHostile, OutOfRangeAndInvalidValues) {
 // Headers that declare enormous containers backed by a handful of bytes.
 TEST(WireHostile, HugeDeclaredSizes) {
   const std::vector<std::string> headers = {
-      std::string("\xdd\xff\xff\xff\xff", 5),  // array32 of 4G elements
-      std::string("\xdf\xff\xff\xff\xff", 5),  // map32
-      std::string("\xdb\xff\xff\xff\xff", 5),  // str32
-      std::string("\xc6\xff\xff\xff\xff", 5),  // bin32
+      std::string("\xdd\xff\xff\xff\xff", 5),      // array32 of 4G elements
+      std::string("\xdf\xff\xff\xff\xff", 5),      // map32
+      std::string("\xdb\xff\xff\xff\xff", 5),      // str32
+      std::string("\xc6\xff\xff\xff\xff", 5),      // bin32
       std::string("\xc9\xff\xff\xff\xff\x01", 6),  // ext32
-      std::string("\xdc\xff\xff", 3),          // array16
+      std::string("\xdc\xff\xff", 3),              // array16
   };
   for (const auto& h : headers) {
     expect_rejected(h);

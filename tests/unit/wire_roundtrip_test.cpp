@@ -42,8 +42,12 @@ T roundtrip(const T& in) {
 }
 
 TEST(WireRoundTrip, HelloExtremes) {
-  Hello h{"node-ü-" + std::string(300, 'x'), "0.1.0", kMax64,
-          {{"eth0", kMax32, {"10.0.0.1", "fe80::1"}}, {"", 0, {}}}, {"chrony", true, -1}, kMax64};
+  Hello h{"node-ü-" + std::string(300, 'x'),
+          "0.1.0",
+          kMax64,
+          {{"eth0", kMax32, {"10.0.0.1", "fe80::1"}}, {"", 0, {}}},
+          {"chrony", true, -1},
+          kMax64};
   EXPECT_EQ(roundtrip(h), h);
   h.clock = {"ptp", false, std::numeric_limits<int64_t>::min()};
   EXPECT_EQ(roundtrip(h), h);
