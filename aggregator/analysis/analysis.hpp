@@ -1,0 +1,88 @@
+// The analysis pipeline's typed boundary: what the daemon and `netprism analyze` hand in, what comes out.
+// Stages (job grouping -> parallelism -> timeline -> diagnosis) are pure functions over these types, so every
+// stage runs the same live and offline and is testable from a recorded file.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace netprism::analysis {
+
+// One flowlet (agent) or one transfer row (CSV import), as observed.
+struct FlowEvent {
+  std::string observer;  // node whose agent saw it; "" for CSV rows without a node column
+  std::string src;       // textual address (dotted quad / RFC 5952)
+  std::string dst;
+  uint16_t src_port = 0;
+  uint16_t dst_port = 0;
+  uint8_t proto = 0;  // enum np_proto
+  uint32_t qpn = 0;
+  int8_t dir = -1;  // enum np_direction, or -1 when unknown (CSV)
+  uint64_t first_ns = 0;
+  uint64_t last_ns = 0;
+  uint64_t bytes = 0;
+  uint64_t payload_bytes = 0;
+  uint64_t packets = 0;
+  uint16_t tcp_flags = 0;  // OR of flags seen (FIN 0x01, SYN 0x02, RST 0x04)
+};
+
+struct Input {
+  std::vector<FlowEvent> events;
+  std::map<std::string, std::string> addr_node;  // address -> node name (agent HELLOs or a topology file)
+  uint64_t now_ns = 0;  // "now" for live state (hung/idle); offline: the last event's time
+};
+
+struct Iteration {
+  int index = 0;
+  uint64_t start_ns = 0;
+  uint64_t end_ns = 0;
+  uint64_t duration_ns = 0;
+};
+
+struct Finding {
+  std::string kind;  // straggler | slow_link | slow_iteration | hang
+  std::string subject;
+  int first_iteration = 0;
+  uint64_t start_ns = 0;
+  double severity = 0;
+  std::string evidence;
+  std::optional<double> whatif_step_time_ms;
+};
+
+struct Parallelism {
+  int dp = 1;
+  int pp = 1;
+  std::vector<std::vector<std::string>> dp_groups;
+  std::vector<std::vector<std::string>> stages;
+};
+
+struct Job {
+  std::string id;
+  std::vector<std::string> nodes;
+  std::string state = "running";  // running | idle | hung | ended
+  double step_time_ms = 0;
+  Parallelism parallelism;
+  std::vector<Iteration> iterations;
+  std::vector<Finding> findings;
+};
+
+struct Result {
+  std::vector<Job> jobs;
+};
+
+Result analyze(const Input& in);
+
+// JSON documents of contracts.md. job_summary: the `jobs` entry; job_detail: `job ID`; timeline: `timeline
+// ID`; diagnosis: `diagnose ID`; full: the `analyze` entry (summary + parallelism + iterations + findings).
+nlohmann::json job_summary(const Job& j);
+nlohmann::json job_detail(const Job& j);
+nlohmann::json timeline(const Job& j);
+nlohmann::json diagnosis(const Job& j);
+nlohmann::json full(const Job& j);
+
+}  // namespace netprism::analysis
