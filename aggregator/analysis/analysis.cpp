@@ -9,3 +9,16 @@ Result analyze(const Input&) {
 }
 
 }  // namespace netprism::analysis
+
+namespace netprism::analysis {
+
+nlohmann::json perfetto(const Job& j) {
+  return {{"traceEvents", nlohmann::json::array()}, {"job", j.id}};
+}
+
+std::optional<Input> load_csv(const std::string& path, const std::string&, std::string& err) {
+  err = path + ": CSV import is not implemented yet";
+  return std::nullopt;
+}
+
+}  // namespace netprism::analysis

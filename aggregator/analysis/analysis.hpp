@@ -84,5 +84,11 @@ nlohmann::json job_detail(const Job& j);
 nlohmann::json timeline(const Job& j);
 nlohmann::json diagnosis(const Job& j);
 nlohmann::json full(const Job& j);
+// Chrome/Perfetto trace-event JSON: one track per node, slices per iteration and phase, finding markers.
+nlohmann::json perfetto(const Job& j);
+
+// Flow CSV import of contracts.md (+ optional topology file "IP NODE" per line). nullopt and a one-line
+// reason (with the line number) on bad input.
+std::optional<Input> load_csv(const std::string& path, const std::string& topology_path, std::string& err);
 
 }  // namespace netprism::analysis
