@@ -36,6 +36,11 @@ Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalys
   // ZeroMQ drops a peer that sends a larger frame before allocating it; twice our own limit so that frames
   // between the two are still received, answered with a reason and counted.
   router_.set(zmq::sockopt::maxmsgsize, 2 * s.max_message_bytes);
+  // ROUTER silently drops what exceeds a peer's send high-water mark. One group can answer up to
+  // kGroupMessages messages of one peer at once, so the default (1000) could drop ACKs of a burst; 16 groups
+  // of slack keep every ACK for any peer that reads them, while a peer that never reads costs at most
+  // 16 Ki small ACKs of memory.
+  router_.set(zmq::sockopt::sndhwm, static_cast<int>(16 * kGroupMessages));
   router_.bind(s.listen);
 }
 
