@@ -4,6 +4,7 @@
 #include <set>
 
 #include "log.hpp"
+#include "zstd_blob.hpp"
 #include "netprism/wire.hpp"
 
 namespace netprism::daemon {
@@ -24,6 +25,11 @@ struct Ingest::Frame {
   zmq::message_t identity;
   zmq::message_t payload;
   std::size_t parts = 0;  // payload frames received (more than one is malformed; extras are discarded)
+  // Filled in parallel before the ordered, transactional part:
+  wire::DecodeResult decoded;
+  std::string compressed;  // zstd of the payload, for batches
+  bool compress_failed = false;
+  std::string_view bytes() const { return {static_cast<const char*>(payload.data()), payload.size()}; }
 };
 
 Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live)
@@ -31,7 +37,9 @@ Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalys
       reg_(reg),
       live_(live),
       store_(s.data_dir, store::Db::Mode::kReadWrite, static_cast<int>(s.zstd_level)),
-      router_(ctx, zmq::socket_type::router) {
+      router_(ctx, zmq::socket_type::router),
+      pool_(std::make_unique<WorkerPool>(s.ingest_threads > 1 ? static_cast<std::size_t>(s.ingest_threads - 1)
+                                                              : 0)) {
   router_.set(zmq::sockopt::linger, 1000);  // finite: shutdown never hangs on a vanished agent
   // ZeroMQ drops a peer that sends a larger frame before allocating it; twice our own limit so that frames
   // between the two are still received, answered with a reason and counted.
@@ -107,6 +115,16 @@ void Ingest::process(std::vector<Frame>& group) {
     return hello_here.count({node, epoch}) || reg_.known(node, epoch);
   };
 
+  // Decode and compress every message in parallel (pure per-message work); the rest stays in order.
+  pool_->parallel_for(group.size(), [&](std::size_t i) {
+    Frame& f = group[i];
+    if (f.parts != 1) return;
+    f.decoded = wire::decode(f.bytes(), limits);
+    if (f.decoded && f.decoded.message->type == MsgType::kBatch)
+      f.compress_failed =
+          !store::zstd_compress_into(f.bytes(), static_cast<int>(s_.zstd_level), f.compressed);
+  });
+
   bool committed = false;
   try {
     store::Transaction tx(store_.db());
@@ -115,8 +133,7 @@ void Ingest::process(std::vector<Frame>& group) {
         reject(f, "expected one payload frame, got " + std::to_string(f.parts));
         continue;
       }
-      auto d = wire::decode(std::string_view(static_cast<const char*>(f.payload.data()), f.payload.size()),
-                            limits);
+      auto& d = f.decoded;
       if (!d) {
         reject(f, d.error);
         continue;
@@ -144,8 +161,8 @@ void Ingest::process(std::vector<Frame>& group) {
                                false});
             break;
           }
-          std::string_view bytes(static_cast<const char*>(f.payload.data()), f.payload.size());
-          bool fresh = store_.insert_batch(b, bytes, now);
+          if (f.compress_failed) throw store::SqliteError("zstd compression failed");
+          bool fresh = store_.insert_compressed(b, f.compressed, f.payload.size(), now);
           uint64_t records = fresh ? store::span_of(b).records : 0;
           store_.touch_node(b.node, now, records, &b.counters, std::nullopt);
           if (!fresh) dups++;
@@ -175,12 +192,11 @@ void Ingest::process(std::vector<Frame>& group) {
             break;
           }
           store_.touch_node(h.node, now, 0, &h.counters, std::nullopt);
-          Applied a;
-          a.seen_node = h.node;
-          a.sent_ns = h.sent_ns;
-          a.counters = std::move(h.counters);
-          a.heartbeat = true;
-          applied.push_back(std::move(a));
+          applied.emplace_back();
+          applied.back().seen_node = h.node;
+          applied.back().sent_ns = h.sent_ns;
+          applied.back().counters = std::move(h.counters);
+          applied.back().heartbeat = true;
           break;
         }
         case MsgType::kAck:

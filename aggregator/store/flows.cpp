@@ -48,11 +48,13 @@ const char* proto_name(uint8_t proto) {
   return "unknown";
 }
 
-analysis::FlowEvent to_event(const std::string& observer, const Flowlet& f) {
+analysis::FlowEvent to_event(const std::string& observer, const Flowlet& f, bool with_addrs) {
   analysis::FlowEvent e;
   e.observer = observer;
-  e.src = format_addr(f.key.saddr);
-  e.dst = format_addr(f.key.daddr);
+  if (with_addrs) {
+    e.src = format_addr(f.key.saddr);
+    e.dst = format_addr(f.key.daddr);
+  }
   e.src_port = f.key.sport;
   e.dst_port = f.key.dport;
   e.proto = f.key.proto;

@@ -108,9 +108,16 @@ void Store::register_node(const Hello& h, uint64_t now_ns) {
 }
 
 bool Store::insert_batch(const Batch& b, std::string_view wire_bytes, uint64_t received_ns) {
+  std::string& z = zbuf_;
+  // Keep the buffer's capacity across batches: resize within capacity does not touch the allocator.
+  z.resize(z.capacity());
+  if (!zstd_compress_into(wire_bytes, zstd_level_, z)) throw SqliteError("zstd compression failed");
+  return insert_compressed(b, z, wire_bytes.size(), received_ns);
+}
+
+bool Store::insert_compressed(const Batch& b, std::string_view z, std::size_t raw_bytes,
+                              uint64_t received_ns) {
   BatchSpan s = span_of(b);
-  std::string z = zstd_compress(wire_bytes, zstd_level_);
-  if (z.empty()) throw SqliteError("zstd compression failed");
   ins_batch_.bind(1, b.node)
       .bind(2, b.epoch)
       .bind(3, b.seq)
@@ -118,7 +125,7 @@ bool Store::insert_batch(const Batch& b, std::string_view wire_bytes, uint64_t r
       .bind(5, s.first_ns)
       .bind(6, s.last_ns)
       .bind(7, s.records)
-      .bind(8, static_cast<uint64_t>(wire_bytes.size()))
+      .bind(8, static_cast<uint64_t>(raw_bytes))
       .bind_blob(9, z.data(), z.size());
   ins_batch_.run();
   return db_.changes() == 1;

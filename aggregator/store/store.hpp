@@ -65,6 +65,9 @@ class Store {
   void register_node(const Hello& h, uint64_t now_ns);
   // Stores the batch (wire = the exact message bytes received). false: (node, epoch, seq) already stored.
   bool insert_batch(const Batch& b, std::string_view wire, uint64_t received_ns);
+  // Same, with the wire bytes already zstd-compressed (ingest compresses in parallel).
+  bool insert_compressed(const Batch& b, std::string_view zstd_wire, std::size_t raw_bytes,
+                         uint64_t received_ns);
   void touch_node(const std::string& node, uint64_t last_seen_ns, uint64_t add_records,
                   const Counters* counters, std::optional<int64_t> clock_offset_ns);
   RetentionResult apply_retention(uint64_t min_last_ns, uint64_t max_bytes);
@@ -100,6 +103,7 @@ class Store {
   Db db_;
   int zstd_level_;
   Stmt ins_batch_, touch_, touch_counters_;
+  std::string zbuf_;  // compression buffer reused across batches
 };
 
 }  // namespace netprism::store
