@@ -57,8 +57,13 @@ int main(int argc, char** argv) {
       store::save_own_traffic(boot, own);
       auto nodes = boot.nodes();
       reg.load(nodes, boot.epochs());
+      uint64_t batches = boot.batch_count(), bytes = boot.stored_bytes();
+      reg.with_counters([&](daemon::IngestCounters& c) {
+        c.store_batches = batches;
+        c.store_bytes = bytes;
+      });
       daemon::log_line("store " + store::Store::resolve(s.data_dir) + ": " + std::to_string(nodes.size()) +
-                       " registered nodes, " + std::to_string(boot.batch_count()) + " batches");
+                       " registered nodes, " + std::to_string(batches) + " batches");
     }
     daemon::LiveAnalysis live(s, own, [&reg] { return reg.addr_nodes(); });
     daemon::Ingest ingest(ctx, s, reg, live);

@@ -53,7 +53,8 @@ Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalys
 }
 
 void Ingest::run(std::stop_token stop) {
-  auto last_retention = std::chrono::steady_clock::now();
+  // First pass right at start: bounds changed in the config apply at once, not 30 s later.
+  auto last_retention = std::chrono::steady_clock::now() - kRetentionEvery;
   std::vector<Frame> group;
   while (!stop.stop_requested()) {
     zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0}};
@@ -104,7 +105,7 @@ void Ingest::process(std::vector<Frame>& group) {
   std::vector<Reply> replies;
   std::vector<Applied> applied;
   std::set<std::pair<std::string, uint64_t>> hello_here;  // registered earlier in this same group
-  uint64_t dups = 0, unknown = 0;
+  uint64_t dups = 0, unknown = 0, group_bytes = 0;
 
   auto reject = [&](Frame& f, const std::string& reason, uint64_t epoch = 0, uint64_t seq = 0) {
     reg_.count_reject(reason);
@@ -166,6 +167,7 @@ void Ingest::process(std::vector<Frame>& group) {
           uint64_t records = fresh ? store::span_of(b).records : 0;
           store_.touch_node(b.node, now, records, &b.counters, std::nullopt);
           if (!fresh) dups++;
+          if (fresh) group_bytes += f.compressed.size();
           replies.push_back({&f.identity,
                              wire::encode(Ack{b.epoch, b.seq, fresh ? AckStatus::kOk : AckStatus::kDuplicate,
                                               "", now_unix_ns()}),
@@ -233,6 +235,8 @@ void Ingest::process(std::vector<Frame>& group) {
     c.messages += group.size();
     c.batches_stored += stored;
     c.records_stored += records;
+    c.store_batches += stored;
+    c.store_bytes += committed ? group_bytes : 0;
     c.duplicates += committed ? dups : 0;
     c.unknown_node += unknown;
     for (auto& a : applied)
@@ -257,9 +261,15 @@ void Ingest::retention() {
       uint64_t now = now_unix_ns();
       min_last = now > age ? now - age : 0;
     }
-    auto r = store_.apply_retention(min_last, static_cast<uint64_t>(s_.retention_bytes));
+    uint64_t current = 0;
+    reg_.with_counters([&](IngestCounters& c) { current = c.store_bytes; });
+    auto r = store_.apply_retention(min_last, static_cast<uint64_t>(s_.retention_bytes), current);
     if (r.deleted_batches > 0) {
-      reg_.with_counters([&](IngestCounters& c) { c.retention_deleted += r.deleted_batches; });
+      reg_.with_counters([&](IngestCounters& c) {
+        c.retention_deleted += r.deleted_batches;
+        c.store_batches -= std::min(c.store_batches, r.deleted_batches);
+        c.store_bytes = r.stored_bytes;
+      });
       log_line("retention deleted " + std::to_string(r.deleted_batches) + " batches; " +
                std::to_string(r.stored_bytes) + " compressed bytes remain");
     }
