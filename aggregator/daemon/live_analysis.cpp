@@ -144,9 +144,10 @@ void LiveAnalysis::pass(store::Store* writer) {
   // cache is cleared when it gets large (address scans), which bounds it.
   if (addr_text_.size() > 65536) addr_text_.clear();
   auto text = [&](const uint8_t a[16]) -> const std::string& {
-    std::string key(reinterpret_cast<const char*>(a), 16);
+    Addr16 key;
+    std::memcpy(key.data(), a, 16);
     auto it = addr_text_.find(key);
-    if (it == addr_text_.end()) it = addr_text_.emplace(std::move(key), format_addr(a)).first;
+    if (it == addr_text_.end()) it = addr_text_.emplace(key, format_addr(a)).first;
     return it->second;
   };
   for (const auto& [node, fl] : fresh)

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstring>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "analysis.hpp"
+#include "netprism/addr.hpp"
 #include "flows.hpp"
 #include "settings.hpp"
 
@@ -60,9 +62,17 @@ class LiveAnalysis {
 
   // Owned by the analysis thread.
   analysis::Input window_;
-  std::map<std::string, analysis::Job> retained_;           // jobs from earlier passes / the store
-  std::map<std::string, std::string> persisted_doc_;        // id -> last JSON written, to write only changes
-  std::unordered_map<std::string, std::string> addr_text_;  // 16-byte address -> text (formatting is costly)
+  std::map<std::string, analysis::Job> retained_;     // jobs from earlier passes / the store
+  std::map<std::string, std::string> persisted_doc_;  // id -> last JSON written, to write only changes
+  struct AddrHash {
+    std::size_t operator()(const Addr16& a) const {
+      uint64_t x, y;  // the two halves, mixed; addresses differ mostly in the low half
+      std::memcpy(&x, a.data(), 8);
+      std::memcpy(&y, a.data() + 8, 8);
+      return std::hash<uint64_t>{}(x * 0x9e3779b97f4a7c15ull ^ y);
+    }
+  };
+  std::unordered_map<Addr16, std::string, AddrHash> addr_text_;  // address -> text (formatting is costly)
 };
 
 }  // namespace netprism::daemon
