@@ -25,10 +25,11 @@ namespace {
 
 struct Params {
   int senders = 8;
-  int batches = 400;  // per sender
-  int records = 256;  // flowlets per batch
-  int window = 16;    // batches in flight per sender
-  int skip_raw = 0;   // profiling aid: only the durable run
+  int batches = 400;   // per sender
+  int records = 256;   // flowlets per batch
+  int window = 16;     // batches in flight per sender
+  int skip_raw = 0;    // profiling aid: only the durable run
+  int zstd_level = 1;  // passed to the aggregator
 };
 
 std::vector<std::vector<std::string>> make_batches(const Params& p, uint64_t epoch) {
@@ -131,7 +132,8 @@ Durable run_durable(const Params& p, const std::vector<std::vector<std::string>>
                     const std::string& dir) {
   Durable d;
   zmq::context_t ctx(2);
-  AggregatorProcess proc(NETPRISM_AGGREGATOR_BIN, dir, free_port(), free_port());
+  AggregatorProcess proc(NETPRISM_AGGREGATOR_BIN, dir, free_port(), free_port(),
+                         {"--zstd-level", std::to_string(p.zstd_level)});
   if (!proc.wait_ready(ctx)) throw std::runtime_error("aggregator did not start");
   std::vector<std::unique_ptr<TestSender>> senders;
   for (int s = 0; s < p.senders; ++s) {
@@ -189,9 +191,11 @@ int main(int argc, char** argv) {
       p.window = v;
     else if (k == "--skip-raw")
       p.skip_raw = v;
+    else if (k == "--zstd-level")
+      p.zstd_level = v;
     else {
-      std::cerr
-          << "usage: ingest_bench [--senders N] [--batches PER_SENDER] [--records PER_BATCH] [--window N]\n";
+      std::cerr << "usage: ingest_bench [--senders N] [--batches PER_SENDER] [--records PER_BATCH] [--window "
+                   "N] [--zstd-level L]\n";
       return 2;
     }
   }
@@ -214,6 +218,7 @@ int main(int argc, char** argv) {
                         {"batches_per_sender", p.batches},
                         {"records_per_batch", p.records},
                         {"window", p.window},
+                        {"zstd_level", p.zstd_level},
                         {"wire_bytes_per_record", wire_bytes / records},
                         {"raw_zmq_records_per_s", raw_rps},
                         {"raw_zmq_MB_per_s", wire_bytes / raw / 1e6},
