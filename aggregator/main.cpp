@@ -2,7 +2,10 @@
 // Three threads: ingest (ROUTER, the store's only batch writer), live analysis, query endpoint (REP).
 // SIGINT/SIGTERM stop them in order; every socket has a finite linger so shutdown cannot hang.
 #include <malloc.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -42,6 +45,15 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(s.data_dir, ec);
   if (ec)
     return cli::fail("netprism-aggregator", "cannot create data dir " + s.data_dir + ": " + ec.message());
+
+  // One daemon per data dir: a second one would interleave its own duplicate bookkeeping with ours. The lock
+  // is released by the kernel when this process ends, however it ends (kill -9 included).
+  std::string lock_path = s.data_dir + "/aggregator.lock";
+  int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+  if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
+    return cli::fail("netprism-aggregator", "data dir " + s.data_dir +
+                                                " is in use by another netprism-aggregator (" +
+                                                std::strerror(errno) + ")");
 
   try {
     zmq::context_t ctx(1);

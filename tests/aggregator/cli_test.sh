@@ -66,6 +66,10 @@ run 0 status && { tcheck "^NODE +CONNECTED"; tcheck "^node0 +yes"; tcheck "recor
 run 0 --json status && jcheck "'agents' in d"          # global option before the command
 run 0 status --aggregator "$NETPRISM_AGGREGATOR" --json && jcheck "'agents' in d"  # and after it
 
+# ---- a second daemon on the same data dir is refused ------------------------------------------------------
+"$aggr" --listen tcp://127.0.0.1:$(port) --query tcp://127.0.0.1:$(port) --data-dir "$work/data" >/dev/null 2>"$work/err"; rc2=$?
+[[ $rc2 == 1 ]] && grep -q "in use" "$work/err" && ok "second aggregator on the same data dir refused" || bad "second aggregator: rc=$rc2 $(cat "$work/err")"
+
 # ---- flows ------------------------------------------------------------------------------------------------
 keys="{'node','src','dst','src_port','dst_port','proto','qpn','bytes','payload_bytes','packets','first_ns','last_ns'}"
 run 0 flows --json && {
