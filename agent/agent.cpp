@@ -65,13 +65,22 @@ const char* probe_counter_name(int i) {
       return "probe_map_busy";
     case NP_CNT_BURSTS_EMITTED:
       return "probe_bursts_emitted";
+    case NP_CNT_IP_FRAGMENT:
+      return "probe_ip_fragment";
+    case NP_CNT_FLOW_RACE:
+      return "probe_flow_race";
+    case NP_CNT_PULLED:
+      return "probe_pulled";
+    case NP_CNT_FLUSH_DEFERRED:
+      return "probe_flush_deferred";
   }
   return "probe_unknown";
 }
 
-// The probe's default burst thresholds when it does not say (gap_ns() == 0): used for the RDMA bursts.
-constexpr uint64_t kFallbackGapNs = 1'000'000ull;           // 1 ms: shorter than any collective's pause
-constexpr uint64_t kFallbackMaxBurstNs = 1'000'000'000ull;  // 1 s: keeps long transfers visible as they run
+// The probe's burst thresholds when it reports none (probe_abi.h; reasoning in bpf/burst.h), used for the
+// RDMA bursts so both follow one rule.
+constexpr uint64_t kFallbackGapNs = NP_DEFAULT_GAP_NS;
+constexpr uint64_t kFallbackMaxBurstNs = NP_DEFAULT_MAX_BURST_NS;
 
 class Agent {
  public:
@@ -224,7 +233,9 @@ bool Agent::setup(std::string& err) {
     }
   }
   base_gap_ns_ = probe_->gap_ns() ? probe_->gap_ns() : (o_.probe_gap_ns ? o_.probe_gap_ns : kFallbackGapNs);
-  base_max_burst_ns_ = o_.probe_max_burst_ns ? o_.probe_max_burst_ns : kFallbackMaxBurstNs;
+  base_max_burst_ns_ = probe_->max_burst_ns()
+                           ? probe_->max_burst_ns()
+                           : (o_.probe_max_burst_ns ? o_.probe_max_burst_ns : kFallbackMaxBurstNs);
 
   spool_ = std::make_unique<Spool>(o_.spool_dir, o_.spool_max_bytes);
   if (!spool_->open(err)) return false;
