@@ -60,7 +60,7 @@ def start_watchdog(run_id):
 
 # --- job and fault specifications ------------------------------------------------------------------------
 JOB_KEYS = {"dp": int, "pp": int, "tp": int, "schedule": str, "iters": int, "micro_batches": int,
-            "micro_batch_size": int, "width": int, "depth": int}
+            "micro_batch_size": int, "width": int, "depth": int, "compute": str, "fwd_ms": float}
 
 
 def parse_kv(text, what):
@@ -236,7 +236,8 @@ def cmd_run(a):
                         str(j["pp"]), "--tp", str(j["tp"]), "--master", master, "--node", c.node(k), "--job",
                         j["name"], "--schedule", j["schedule"], "--micro-batches", str(j["micro_batches"]),
                         "--micro-batch-size", str(j["micro_batch_size"]), "--width", str(j["width"]),
-                        "--depth", str(j["depth"]), "--iters", str(j["iters"]), "--truth", jt]
+                        "--depth", str(j["depth"]), "--iters", str(j["iters"]), "--truth", jt,
+                        "--compute", j["compute"], "--fwd-ms", str(j["fwd_ms"])]
                 for f in faults:
                     if f["job"] != j["name"]:
                         continue
@@ -389,8 +390,11 @@ def main(argv=None):
         r.add_argument("--schedule", default="1f1b")
         r.add_argument("--iters", type=int, default=12)
         r.add_argument("--micro-batches", type=int, default=4)
-        r.add_argument("--micro-batch-size", type=int, default=32)
-        r.add_argument("--width", type=int, default=384)
+        r.add_argument("--micro-batch-size", type=int, default=8)
+        r.add_argument("--width", type=int, default=256)
+        r.add_argument("--compute", default="emulated", choices=["emulated", "cpu"],
+                       help="emulated GPU time per micro-batch (default) or CPU-bound matmuls only")
+        r.add_argument("--fwd-ms", type=float, default=20.0, help="emulated forward ms per micro-batch")
         r.add_argument("--depth", type=int, default=2)
         r.add_argument("--also", action="append", help="another job at once: key=value,... overriding the above")
         r.add_argument("--fault", action="append", help="see the description")

@@ -53,6 +53,11 @@ def parse():
     ap.add_argument("--depth", type=int, default=2, help="MLP blocks per stage")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--truth", required=True, help="directory for rank<R>.jsonl")
+    ap.add_argument("--compute", choices=["emulated", "cpu"], default="emulated",
+                    help="emulated: a micro-batch's forward takes --fwd-ms (backward twice that) like a GPU kernel: "
+                         "the real matmuls run, then the rank waits out the rest without using the CPU; "
+                         "cpu: only the real matmuls")
+    ap.add_argument("--fwd-ms", type=float, default=20.0, help="emulated forward time of one micro-batch")
     ap.add_argument("--straggler-factor", type=float, default=1.0)
     ap.add_argument("--straggler-from", type=int, default=0)
     ap.add_argument("--pause-at", type=int, default=-1, help="iteration at whose start every rank pauses")
@@ -96,6 +101,15 @@ class _AllReduceBwd(torch.autograd.Function):
         g = g.clone()
         dist.all_reduce(g, group=ctx.group)
         return g, None
+
+
+def gpu_wait(until):
+    """The emulated GPU is busy until `until` (perf_counter): the host thread waits without computing, as a
+    CUDA stream sync would. Sleeping (not spinning) keeps the 2 shared cores free for the other ranks, so each
+    rank's time follows its own emulated kernels rather than the CPU scheduler."""
+    left = until - time.perf_counter()
+    if left > 0:
+        time.sleep(left)
 
 
 def burn(seconds):
@@ -163,14 +177,25 @@ def main():
               "tp_rank": tp_rank, "dp_group": stage * a.tp + tp_rank, "pid": os.getpid()}
     log.write(json.dumps({"type": "meta", **layout, "dp": a.dp, "pp": a.pp, "tp": a.tp, "world": a.world,
                           "schedule": a.schedule, "micro_batches": M, "micro_batch_size": mbs, "width": W,
-                          "depth": a.depth, "iters": a.iters, "host": socket.gethostname(),
+                          "depth": a.depth, "iters": a.iters, "compute": a.compute, "fwd_ms": a.fwd_ms, "host": socket.gethostname(),
                           "straggler_factor": a.straggler_factor, "straggler_from": a.straggler_from,
                           "pause_at": a.pause_at, "pause_seconds": a.pause_seconds, "hang_at": a.hang_at})
               + "\n")
     dist.barrier()
 
-    def slow(i, t0):
-        if a.straggler_factor > 1.0 and i >= a.straggler_from:
+    straggling = lambda i: a.straggler_factor > 1.0 and i >= a.straggler_from
+    overruns = [0]
+
+    def finish(i, t0, ms):
+        """End one micro-batch's forward or backward that started at t0 (perf_counter).
+        emulated: it lasts ms (times the straggler factor: the slow GPU); cpu: the real compute, plus busy
+        compute of (factor - 1) times its duration for a straggler."""
+        if a.compute == "emulated":
+            target = ms / 1000.0 * (a.straggler_factor if straggling(i) else 1.0)
+            if time.perf_counter() - t0 > target:
+                overruns[0] += 1  # the real matmuls took longer than the emulated kernel: CPU-bound
+            gpu_wait(t0 + target)
+        elif straggling(i):
             burn((time.perf_counter() - t0) * (a.straggler_factor - 1.0))
 
     for i in range(a.iters):
@@ -194,7 +219,7 @@ def main():
             t0 = time.perf_counter()
             y = model(x)
             inputs[m], outputs[m] = x, y
-            slow(i, t0)
+            finish(i, t0, a.fwd_ms)
             if next_rank is not None:
                 out = y.detach()
                 sends.append((dist.isend(out, dst=next_rank, tag=2 * m), out))
@@ -210,7 +235,7 @@ def main():
                 dist.irecv(g, src=next_rank, tag=2 * m + 1).wait()
                 t0 = time.perf_counter()
                 torch.autograd.backward(y, g)
-            slow(i, t0)
+            finish(i, t0, 2 * a.fwd_ms)
             if prev_rank is not None:
                 gx = inputs[m].grad
                 sends.append((dist.isend(gx, dst=prev_rank, tag=2 * m + 1), gx))
@@ -248,7 +273,7 @@ def main():
         t_step = time.time()
         log.write(json.dumps({"type": "iter", **layout, "iter": i, "start": t_start, "compute_end": t_compute,
                               "sync_end": t_sync, "step_end": t_step,
-                              "straggling": a.straggler_factor > 1.0 and i >= a.straggler_from,
+                              "straggling": straggling(i), "overruns": overruns[0],
                               "paused": i == a.pause_at}) + "\n")
     dist.barrier()
     dist.destroy_process_group()
