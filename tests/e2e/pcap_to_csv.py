@@ -16,9 +16,11 @@ Why 1 ms as the default gap: a gloo message is written to the socket in one go a
 back-to-back train of segments whose spacing is microseconds (tens of us when the sender is descheduled on
 this 2-core machine), while successive messages of one connection are separated by compute (a micro-batch
 is tens of ms here, one all-reduce chunk waits for the ring neighbour). 1 ms sits an order of magnitude above
-the first and below the second, so a flowlet is one message (or one back-to-back batch of messages), which is
-what the probe's default gap also aims at. `--gap-stats` prints the inter-packet gap distribution of a capture
-so the choice can be checked on any recording.
+the first and below the second, so a flowlet is one message (or one back-to-back batch of messages).
+Measured (`--gap-stats`) on a DP2 x PP2 1F1B recording here: of 3229 within-flow gaps, 75 % are <= 300 us,
+4 % in (0.3, 1] ms, 6 % in (1, 10] ms (descheduled senders, ring all-reduce chunks waiting for a neighbour) and
+15 % above 10 ms (compute between messages): 1 ms sits in the valley of that distribution. `--gap-stats`
+prints the histogram of any recording so the choice can be checked.
 
 The pcap reader is self-contained (no scapy/dpkt): classic pcap with micro- or nanosecond timestamps, link
 types Ethernet (1) and Linux cooked (113, 276); IPv4 and IPv6 without extension headers; TCP and UDP.

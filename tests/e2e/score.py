@@ -106,10 +106,19 @@ class TruthJob:
 
     def iteration_at(self, x):
         """The truth iteration running at wall time x (s): the j with B_{j-1} <= x < B_j; None if outside."""
-        for j in sorted(i for i in self.bound if i >= 0):
+        js = sorted(i for i in self.bound if i >= 0)
+        for j in js:
             if self.bound.get(j - 1, float("-inf")) <= x < self.bound[j]:
                 return j
-        return None
+        return js[-1] + 1 if js and x >= self.bound[js[-1]] else None
+
+    def fault_iteration(self, f):
+        """The truth iteration in which a fault began."""
+        if f["kind"] == "straggler":
+            return f["from"]
+        if f["kind"] in ("hang", "pause"):
+            return f["at"]
+        return self.iteration_at(fault_time(self, f))
 
     def expected_state(self):
         return "hung" if any(f["kind"] == "hang" for f in self.faults) else "ended"
@@ -171,8 +180,22 @@ def run_cli(netprism, args):
 
 
 def from_analyze(netprism, run_dir):
-    return run_cli(netprism, ["analyze", "--input", os.path.join(run_dir, "flows.csv"), "--format", "csv",
-                              "--topology", os.path.join(run_dir, "topology.txt"), "--json"])
+    csv_path = os.path.join(run_dir, "flows.csv")
+    tmp = None
+    if not os.path.exists(csv_path) and os.path.exists(csv_path + ".gz"):  # committed samples are gzipped
+        import gzip
+        import tempfile
+        tmp = tempfile.NamedTemporaryFile(suffix=".csv", delete=False)
+        with gzip.open(csv_path + ".gz", "rb") as src:
+            tmp.write(src.read())
+        tmp.close()
+        csv_path = tmp.name
+    try:
+        return run_cli(netprism, ["analyze", "--input", csv_path, "--format", "csv", "--topology",
+                                  os.path.join(run_dir, "topology.txt"), "--json"])
+    finally:
+        if tmp:
+            os.unlink(tmp.name)
 
 
 def from_live(netprism, endpoint):
@@ -284,7 +307,7 @@ def score_findings(t, job, npjob):
         rows.append({"fault": describe_fault(f), "expected": f"{kind} {f['node']}",
                      "found": f"{fd['kind']} {fd['subject']}" if fd else (
                          f"WRONG: {wrong.get('kind')} {wrong.get('subject')}" if wrong else "MISSING"),
-                     "ok": fd is not None, "fault_iteration": t.iteration_at(t0),
+                     "ok": fd is not None, "fault_iteration": t.fault_iteration(f),
                      "found_iteration": t.iteration_at(fd["start_ns"] / 1e9) if fd and fd.get("start_ns") else None,
                      "latency_s": (fd["start_ns"] / 1e9 - t0) if fd and fd.get("start_ns") else None})
     false_pos = [fd for k, fd in enumerate(findings) if k not in used]

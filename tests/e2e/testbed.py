@@ -394,7 +394,7 @@ def main(argv=None):
         r.add_argument("--width", type=int, default=256)
         r.add_argument("--compute", default="emulated", choices=["emulated", "cpu"],
                        help="emulated GPU time per micro-batch (default) or CPU-bound matmuls only")
-        r.add_argument("--fwd-ms", type=float, default=20.0, help="emulated forward ms per micro-batch")
+        r.add_argument("--fwd-ms", type=float, default=30.0, help="emulated forward ms per micro-batch")
         r.add_argument("--depth", type=int, default=2)
         r.add_argument("--also", action="append", help="another job at once: key=value,... overriding the above")
         r.add_argument("--fault", action="append", help="see the description")

@@ -57,7 +57,7 @@ def parse():
                     help="emulated: a micro-batch's forward takes --fwd-ms (backward twice that) like a GPU kernel: "
                          "the real matmuls run, then the rank waits out the rest without using the CPU; "
                          "cpu: only the real matmuls")
-    ap.add_argument("--fwd-ms", type=float, default=20.0, help="emulated forward time of one micro-batch")
+    ap.add_argument("--fwd-ms", type=float, default=30.0, help="emulated forward time of one micro-batch")
     ap.add_argument("--straggler-factor", type=float, default=1.0)
     ap.add_argument("--straggler-from", type=int, default=0)
     ap.add_argument("--pause-at", type=int, default=-1, help="iteration at whose start every rank pauses")
