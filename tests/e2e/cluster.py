@@ -224,6 +224,10 @@ class Cluster:
         sh("tc", "qdisc", "replace", "dev", self.host_veth(k), "root", "tbf", "rate", rate, "burst", burst,
            "latency", latency)
 
+    def clear_slow_link(self, k):
+        sh("tc", "qdisc", "del", "dev", self.veth(k), "root", ns=self.ns(k), check=False)
+        sh("tc", "qdisc", "del", "dev", self.host_veth(k), "root", check=False)
+
 
 RUN_NAME = re.compile(r"^(np[0-9a-f]{5})(br|h\d+|n\d+)$")
 

@@ -14,7 +14,8 @@ Faults (--fault, repeatable; job=J picks the job, default job0):
   slowlink:node=n1,rate=20mbit,from=6     tc tbf on n1's link, both directions, from iteration k (0: from start)
   hang:node=n1,at=6,hold=6                that rank SIGSTOPs itself at iteration 6; capture stops `hold` s later
   pause:at=5,seconds=2                    every rank of the job sleeps at iteration 5 (checkpoint-like, benign)
-A job that ends normally closes its connections (FIN) and goes quiet: not a fault either.
+--also "dp=1,pp=2,delay=3" adds a job on the next free nodes, started 3 s after the first (keys: delay and the
+job-shape flags with _ for -). A job that ends normally closes its connections (FIN) and goes quiet: not a fault either.
 """
 import argparse
 import json
@@ -59,7 +60,7 @@ def start_watchdog(run_id):
 
 
 # --- job and fault specifications ------------------------------------------------------------------------
-JOB_KEYS = {"dp": int, "pp": int, "tp": int, "schedule": str, "iters": int, "micro_batches": int,
+JOB_KEYS = {"delay": float, "dp": int, "pp": int, "tp": int, "schedule": str, "iters": int, "micro_batches": int,
             "micro_batch_size": int, "width": int, "depth": int, "compute": str, "fwd_ms": float}
 
 
@@ -74,7 +75,7 @@ def parse_kv(text, what):
 
 
 def job_specs(a):
-    base = {k: getattr(a, k) for k in JOB_KEYS}
+    base = {k: getattr(a, k, 0.0) for k in JOB_KEYS}
     jobs = [dict(base, name="job0")]
     for i, spec in enumerate(a.also or []):
         j = dict(base, name=f"job{i + 1}")
@@ -197,8 +198,15 @@ def cmd_run(a):
     manifest = {"version": 1, "created": time.time(), "command": sys.argv, "jobs": jobs, "faults": faults,
                 "gap_ms": a.gap_ms}
     t_begin = time.time()
-    c = cl.Cluster.create(n_nodes)
-    start_watchdog(c.run_id)
+    own = not a.cluster
+    if own:
+        run_id = cl.new_run_id()
+        start_watchdog(run_id)  # before the first link exists: a kill at any point is cleaned up
+        c = cl.Cluster.create(n_nodes, run_id)
+    else:
+        c = cl.Cluster.load(a.cluster)
+        if c.n < n_nodes:
+            raise ValueError(f"cluster {a.cluster} has {c.n} nodes, the jobs need {n_nodes}")
     manifest.update({"run_id": c.run_id, "subnet": f"{cl.SUBNET_BASE}.{c.octet}.0/24",
                      "nodes": {c.node(k): {"ip": c.ip(k), "iface": c.veth(k), "ns": c.ns(k)} for k in range(c.n)}})
     print(f"testbed: run {c.run_id}: {n_nodes} nodes on {manifest['subnet']} -> {out}", flush=True)
@@ -225,11 +233,12 @@ def cmd_run(a):
                 line = p.stderr.readline()
                 if "listening" not in line:
                     raise RuntimeError(f"tcpdump on n{k} failed: {line.strip()}")
-        for j in jobs:
+        def launch(j):
             jt = os.path.join(out, "truth", j["name"])
             os.makedirs(jt, exist_ok=True)
             master = f"{c.ip(j['node_base'])}:{random.randrange(20000, 40000)}"
             world = j["dp"] * j["pp"] * j["tp"]
+            j["launched_at"] = time.time()
             for r in range(world):
                 k = j["node_base"] + r // j["tp"]
                 argv = [PY, os.path.join(HERE, "train.py"), "--rank", str(r), "--dp", str(j["dp"]), "--pp",
@@ -250,13 +259,17 @@ def cmd_run(a):
                 env = dict(os.environ, GLOO_SOCKET_IFNAME=c.veth(k), OMP_NUM_THREADS="1")
                 log = open(os.path.join(out, "logs", f"{j['name']}.rank{r}.log"), "w")
                 procs.append((j, r, c.popen(k, argv, env=env, stdout=log, stderr=subprocess.STDOUT)))
+
         t_train = time.time()
         manifest["train_started"] = t_train
+        unlaunched = sorted(jobs, key=lambda j: j["delay"])
         # Supervise: apply timed faults, notice hangs, failures and the end.
         hang_seen = {}
         deadline = t_train + a.timeout
         while True:
             now = time.time()
+            while unlaunched and now >= t_train + unlaunched[0]["delay"]:
+                launch(unlaunched.pop(0))
             for f in faults:
                 if f["kind"] == "slowlink" and "applied_at" not in f:
                     j = next(j for j in jobs if j["name"] == f["job"])
@@ -279,7 +292,7 @@ def cmd_run(a):
                 raise RuntimeError(f"{j['name']} rank {r} exited with {p.returncode} (see {out}/logs)")
             hang_jobs = {f["job"]: f for f in faults if f["kind"] == "hang"}
             # Done when every job has either ended or been hung for its hold time.
-            pending = {j["name"] for j, r, p in running}
+            pending = {j["name"] for j, r, p in running} | {j["name"] for j in unlaunched}
             for name in list(pending):
                 if name in hang_seen and now - hang_seen[name] >= hang_jobs[name]["hold"]:
                     pending.discard(name)
@@ -317,7 +330,12 @@ def cmd_run(a):
                     os.kill(p.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-        c.teardown()
+        if own:
+            c.teardown()
+        else:  # a cluster of `up`: leave it as it was
+            for f in faults:
+                if f["kind"] == "slowlink" and "applied_at" in f:
+                    c.clear_slow_link(int(f["node"][1:]))
         manifest["teardown_done"] = time.time()
         manifest["wall_s"] = round(time.time() - t_begin, 2)
         with open(os.path.join(out, "run.json"), "w") as f:
@@ -396,6 +414,7 @@ def main(argv=None):
                        help="emulated GPU time per micro-batch (default) or CPU-bound matmuls only")
         r.add_argument("--fwd-ms", type=float, default=30.0, help="emulated forward ms per micro-batch")
         r.add_argument("--depth", type=int, default=2)
+        r.add_argument("--cluster", help="run on this `up` cluster (left up) instead of a fresh one")
         r.add_argument("--also", action="append", help="another job at once: key=value,... overriding the above")
         r.add_argument("--fault", action="append", help="see the description")
         r.add_argument("--out", required=True)
