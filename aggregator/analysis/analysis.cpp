@@ -58,7 +58,7 @@ Result analyze(const Input& in) {
       j.iterations.push_back(std::move(it));
     }
     j.step_time_ms = t.step_ns / 1e6;
-    j.state = job_state(n, slice, t.step_ns, n.now_ns);
+    j.state = job_state(n, slice, t.step_ns, j.iterations.size());
     j.findings = diagnose(n, slice, s, t, j.iterations, j.state, n.now_ns, j.id);
     r.jobs.push_back(std::move(j));
   }

@@ -35,6 +35,10 @@ struct Input {
   std::vector<FlowEvent> events;
   std::map<std::string, std::string> addr_node;  // address -> node name (agent HELLOs or a topology file)
   uint64_t now_ns = 0;  // "now" for live state (hung/idle); offline: the last event's time
+  // A recording (CSV import, stored file) rather than a live feed: how long the capture went on after its
+  // last packet is unknown, so a job whose traffic stops without tearing its connections down is taken
+  // for hung rather than measured against now_ns.
+  bool offline = false;
 };
 
 // A window of one node's activity inside an iteration: "pipeline" (its first to last pipeline transfer),

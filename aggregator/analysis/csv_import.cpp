@@ -40,6 +40,7 @@ bool parse_num(const std::string& s, T& v) {
 
 std::optional<Input> load_csv(const std::string& path, const std::string& topology_path, std::string& err) {
   Input in;
+  in.offline = true;
   if (!topology_path.empty()) {
     std::ifstream t(topology_path);
     if (!t) {

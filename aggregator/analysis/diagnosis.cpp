@@ -115,12 +115,31 @@ std::vector<std::vector<double>> own_compute(const Normalized& n, const JobSlice
 
 }  // namespace
 
-std::string job_state(const Normalized& n, const JobSlice& job, double step_ns, uint64_t now_ns) {
+std::string job_state(const Normalized& n, const JobSlice& job, double step_ns, size_t iterations) {
+  uint64_t now_ns = n.now_ns;
   size_t closed = 0;
   for (uint32_t c : job.conns) closed += n.conns[c].closed ? 1 : 0;
   if (!job.conns.empty() &&
       static_cast<double>(closed) >= kEndedShare * static_cast<double>(job.conns.size()))
     return "ended";
+  // Sources without TCP flags (flow CSV): a normal exit still shows as the teardown of every connection of
+  // the job at once: the ones idle since start-up (all-pairs process-group connections, the rendezvous
+  // store) carry their last packets after the last training transfer. A hang leaves them silent.
+  {
+    std::vector<char> in_job(n.nodes.size(), 0), training(n.conns.size(), 0);
+    for (uint32_t v : job.nodes) in_job[v] = 1;
+    for (uint32_t c : job.conns) training[c] = 1;
+    size_t idle = 0, woke = 0;
+    for (size_t c = 0; c < n.conns.size(); ++c) {
+      const Conn& k = n.conns[c];
+      if (training[c] || !in_job[k.a] || !in_job[k.b] || k.first_ns > job.first_ns) continue;
+      ++idle;
+      woke += k.last_ns > job.last_ns ? 1 : 0;
+    }
+    if (idle > 0 && static_cast<double>(woke) >= kEndedShare * static_cast<double>(idle)) return "ended";
+  }
+  // A recording: periodic traffic that stopped without a teardown stopped for good (see Input::offline).
+  if (n.offline) return iterations >= 2 ? "hung" : "idle";
   uint64_t quiet = now_ns > job.last_ns ? now_ns - job.last_ns : 0;
   double hang_after = std::max(kHangSteps * step_ns, static_cast<double>(kHangMinNs));
   if (step_ns > 0 && static_cast<double>(quiet) > hang_after) return "hung";
@@ -309,6 +328,11 @@ std::vector<Finding> diagnose(const Normalized& n, const JobSlice& job, const St
     f.severity = static_cast<double>(now_ns - job.last_ns) / std::max(step, 1.0);
     f.evidence = "no training traffic for " + ms(static_cast<double>(now_ns - job.last_ns)) + " (step " +
                  ms(step) + ", threshold max(2 steps, 1.5 s)) while its connections stay open";
+    if (n.offline) {
+      f.severity = 1;
+      f.evidence = "the recording's periodic traffic stops after " + std::to_string(iters) + " iterations (step " +
+                   ms(step) + ") without the connections being torn down";
+    }
     if (f.subject != job_id)
       f.evidence += "; " + f.subject + " sent last at " + std::to_string(order[0].first) + ", " +
                     ms(static_cast<double>(order[1].first - order[0].first)) + " before the next node";

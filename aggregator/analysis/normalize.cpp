@@ -105,6 +105,7 @@ Normalized normalize(const Input& in) {
     return std::tie(x.t0, x.t1, x.conn) < std::tie(y.t0, y.t1, y.conn);
   });
   out.now_ns = in.now_ns ? in.now_ns : last_seen;
+  out.offline = in.offline;
   return out;
 }
 

@@ -44,6 +44,7 @@ struct Normalized {
   std::vector<Conn> conns;
   std::vector<Xfer> xfers;  // sorted by t0
   uint64_t now_ns = 0;
+  bool offline = false;
 };
 
 // Node mapping, observer dedupe (one observer per flow direction: the sender's own egress view when it
@@ -104,7 +105,7 @@ std::vector<Phase> node_phases(const Normalized& n, const JobSlice& job, const S
 std::vector<Finding> diagnose(const Normalized& n, const JobSlice& job, const Structure& s, const Timeline& t,
                               const std::vector<Iteration>& its, const std::string& state, uint64_t now_ns,
                               const std::string& job_id);
-std::string job_state(const Normalized& n, const JobSlice& job, double step_ns, uint64_t now_ns);
+std::string job_state(const Normalized& n, const JobSlice& job, double step_ns, size_t iterations);
 
 // Robust statistics shared by the stages.
 double median(std::vector<double> v);
