@@ -55,7 +55,9 @@ uint64_t monotonic_now_ns() {
 
 Probe::Probe() : impl_(std::make_unique<Impl>()) {}
 
-Probe::~Probe() { detach_all(); }
+Probe::~Probe() {
+  detach_all();
+}
 
 std::unique_ptr<Probe> Probe::open(const ProbeOptions& opts, std::string& err) {
   libbpf_set_print(libbpf_capture);
@@ -101,9 +103,15 @@ bool Probe::set_thresholds(uint64_t gap_ns, uint64_t max_burst_ns, std::string& 
   return true;
 }
 
-uint64_t Probe::gap_ns() const { return impl_->config.gap_ns; }
-uint64_t Probe::max_burst_ns() const { return impl_->config.max_burst_ns; }
-uint64_t Probe::malformed_records() const { return impl_->rctx.malformed; }
+uint64_t Probe::gap_ns() const {
+  return impl_->config.gap_ns;
+}
+uint64_t Probe::max_burst_ns() const {
+  return impl_->config.max_burst_ns;
+}
+uint64_t Probe::malformed_records() const {
+  return impl_->rctx.malformed;
+}
 
 bool Probe::set_exclude(const std::vector<ProbeOptions::Exclude>& exclude, std::string& err) {
   if (exclude.size() > bpf_map__max_entries(impl_->skel->maps.np_exclude)) {
@@ -161,7 +169,9 @@ bool Probe::set_exclude(const std::vector<ProbeOptions::Exclude>& exclude, std::
   return true;
 }
 
-int Probe::ring_fd() const { return ring_buffer__epoll_fd(impl_->ring.get()); }
+int Probe::ring_fd() const {
+  return ring_buffer__epoll_fd(impl_->ring.get());
+}
 
 std::size_t Probe::poll(const FlowletSink& sink) {
   impl_->rctx.sink = &sink;
@@ -185,7 +195,7 @@ std::size_t Probe::flush_idle(uint64_t now_mono_ns, bool all, const FlowletSink&
   for (int r = bpf_map_get_next_key(flows_fd, nullptr, &next); r == 0;
        r = bpf_map_get_next_key(flows_fd, &cur, &next)) {
     if (bpf_map_lookup_elem(flows_fd, &next, &st) == 0) {
-      bool idle = st.fl.packets == 0 || static_cast<int64_t>(st.fl.last_ns - cutoff) < 0;
+      bool idle = st.b.packets == 0 || static_cast<int64_t>(st.b.last_ns - cutoff) < 0;
       if (all || idle) cand.push_back(next);
     }
     cur = next;

@@ -272,7 +272,8 @@ TEST_F(ProbeAttach, ForeignTcFilterIsNeverReplaced) {
   EXPECT_EQ(tc_prog_at_our_slot(ifindex, BPF_TC_INGRESS), o.prog_id);
   // A foreign filter elsewhere on the hook does not bother us, and survives our attach and detach.
   LIBBPF_OPTS(bpf_tc_hook, eh, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
-  LIBBPF_OPTS(bpf_tc_opts, o2, .prog_fd = bpf_program__fd(other->progs.np_baseline_tc), .handle = 1, .priority = 1);
+  LIBBPF_OPTS(bpf_tc_opts, o2, .prog_fd = bpf_program__fd(other->progs.np_baseline_tc), .handle = 1,
+              .priority = 1);
   ASSERT_EQ(bpf_tc_attach(&eh, &o2), 0);
   LIBBPF_OPTS(bpf_tc_opts, d, .handle = 0x4e50, .priority = 0xff4e);
   ASSERT_EQ(bpf_tc_detach(&hook, &d), 0);
