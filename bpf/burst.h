@@ -39,20 +39,36 @@ static __always_inline void np_count(__u32 idx) {
 }
 
 /* The per-entry lock. bpf_spin_lock costs ~50 ns here (two helper calls that save and restore interrupts);
- * a compare-and-swap costs ~10. Interrupts need not be disabled: tc and XDP programs run with bottom halves
- * off and never take this lock from hard-IRQ context, and no helper is called while it is held, so a holder
- * is never interrupted by another holder on its own CPU. The spin is bounded (the verifier requires it): a
- * critical section is a few dozen instructions, so the budget only runs out if the holder's vCPU is
- * preempted by the hypervisor; that packet is then counted (NP_CNT_LOCK_TIMEOUT), never silently lost.
+ * a compare-and-swap costs ~10. No helper is called while the lock is held and the data path runs with bottom
+ * halves off, so a holder is never interrupted by another holder on its own CPU. A holder can still be
+ * delayed by a hard interrupt, or (the flush program runs from a syscall) by preemption or a hypervisor
+ * stealing its vCPU. So the first attempt is inline, and a contended data path keeps trying through bpf_loop
+ * (the verifier requires a bound) for up to NP_LOCK_SLOW_SPINS attempts, ~1 ms: far beyond any interrupt, the
+ * common preemption. Only beyond that is the packet counted as NP_CNT_LOCK_TIMEOUT, never silently lost. The
+ * idle flush, for which waiting is pointless, gives up after NP_LOCK_FLUSH_SPINS and retries at its next run.
  * Both operations are fully ordered atomics (BPF_CMPXCHG, BPF_XCHG), so the critical section cannot leak
  * past them on weakly ordered CPUs either. */
-#define NP_LOCK_SPINS 256
+#define NP_LOCK_SLOW_SPINS (1u << 16)
+#define NP_LOCK_FLUSH_SPINS 64u
 
-static __always_inline bool np_lock(__u64* l) {
-  for (int i = 0; i < NP_LOCK_SPINS; i++) {
-    if (*(volatile __u64*)l == 0 && __sync_val_compare_and_swap(l, 0, 1) == 0) return true;
+struct np_spin_ctx {
+  __u64* lock;
+  __u32 got;
+};
+
+static long np_spin_once(__u64 i, struct np_spin_ctx* c) {
+  if (*(volatile __u64*)c->lock == 0 && __sync_val_compare_and_swap(c->lock, 0, 1) == 0) {
+    c->got = 1;
+    return 1; /* stop */
   }
-  return false;
+  return 0;
+}
+
+static __always_inline bool np_lock(__u64* l, __u32 spins) {
+  if (__sync_val_compare_and_swap(l, 0, 1) == 0) return true;
+  struct np_spin_ctx c = {.lock = l, .got = 0};
+  bpf_loop(spins, np_spin_once, &c, 0);
+  return c.got;
 }
 
 static __always_inline void np_unlock(__u64* l) {
@@ -166,7 +182,7 @@ static __always_inline void np_account(struct np_pkt* p, __u32 segs) {
     }
     struct np_burst done;
     __u8 cut = 0;
-    if (!np_lock(&st->lock)) {
+    if (!np_lock(&st->lock, NP_LOCK_SLOW_SPINS)) {
       np_count(NP_CNT_LOCK_TIMEOUT);
       return;
     }

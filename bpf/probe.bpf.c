@@ -148,7 +148,7 @@ static long np_flush_one(__u64 i, struct np_flush_ctx* c) {
   }
   bool all = req->flags & NP_FLUSH_ALL;
   bool emit = false, del = false;
-  if (!np_lock(&st->lock)) {
+  if (!np_lock(&st->lock, NP_LOCK_FLUSH_SPINS)) {
     bpf_ringbuf_discard(rec, 0);
     req->deferred++;
     np_count(NP_CNT_FLUSH_DEFERRED);
@@ -177,7 +177,7 @@ static long np_flush_one(__u64 i, struct np_flush_ctx* c) {
       req->deleted++;
     } else {
       /* Could not delete (bucket busy): revive the entry empty so the data path keeps using it. */
-      if (np_lock(&st->lock)) {
+      if (np_lock(&st->lock, NP_LOCK_SLOW_SPINS)) {
         st->b.packets = 0;
         st->dead = 0;
         np_unlock(&st->lock);
