@@ -60,12 +60,13 @@ Probe::~Probe() {
 }
 
 std::unique_ptr<Probe> Probe::open(const ProbeOptions& opts, std::string& err) {
-  libbpf_set_print(libbpf_capture);
   g_libbpf_last.clear();
   std::unique_ptr<Probe> p(new Probe());  // private constructor: make_unique cannot reach it
+  libbpf_print_fn_t previous = libbpf_set_print(libbpf_capture);
   p->impl_->skel.reset(probe::open_and_load());
+  int e = errno;
+  libbpf_set_print(previous);  // the process's own libbpf logging is not ours to keep
   if (!p->impl_->skel) {
-    int e = errno;
     err = "cannot load the eBPF probe: " + std::string(std::strerror(e));
     if (!g_libbpf_last.empty()) err += " (libbpf: " + g_libbpf_last + ")";
     if (e == EPERM || e == EACCES) err += "; needs root or CAP_BPF+CAP_NET_ADMIN+CAP_PERFMON";
