@@ -74,6 +74,7 @@ void xdp_detach_one(const XdpAttachment& a, int our_fd) {
 }  // namespace
 
 bool Probe::attach(const std::string& ifname, AttachMode mode, std::string& err) {
+  QuietLibbpf quiet;  // "no filter here" / "qdisc exists" are expected answers, not news for stderr
   int ifindex = static_cast<int>(if_nametoindex(ifname.c_str()));
   if (ifindex == 0) {
     err = "no interface named '" + ifname + "'";
@@ -156,6 +157,7 @@ bool Probe::attach(const std::string& ifname, AttachMode mode, std::string& err)
 
 void Probe::detach_all() {
   if (!impl_ || !impl_->skel) return;
+  QuietLibbpf quiet;
   for (const auto& a : impl_->tc) tc_detach_one(a);
   impl_->tc.clear();
   for (const auto& a : impl_->xdp) xdp_detach_one(a, bpf_program__fd(impl_->skel->progs.np_xdp));

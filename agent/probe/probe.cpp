@@ -47,6 +47,16 @@ int ring_cb(void* ctx, void* data, size_t size) {
 
 }  // namespace
 
+QuietLibbpf::QuietLibbpf() : previous_(libbpf_set_print(libbpf_capture)) {
+  g_libbpf_last.clear();
+}
+QuietLibbpf::~QuietLibbpf() {
+  libbpf_set_print(previous_);
+}
+const std::string& last_libbpf_message() {
+  return g_libbpf_last;
+}
+
 uint64_t monotonic_now_ns() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -60,12 +70,13 @@ Probe::~Probe() {
 }
 
 std::unique_ptr<Probe> Probe::open(const ProbeOptions& opts, std::string& err) {
-  g_libbpf_last.clear();
   std::unique_ptr<Probe> p(new Probe());  // private constructor: make_unique cannot reach it
-  libbpf_print_fn_t previous = libbpf_set_print(libbpf_capture);
-  p->impl_->skel.reset(probe::open_and_load());
-  int e = errno;
-  libbpf_set_print(previous);  // the process's own libbpf logging is not ours to keep
+  int e = 0;
+  {
+    QuietLibbpf quiet;  // the verifier log would flood stderr; the last line goes into err
+    p->impl_->skel.reset(probe::open_and_load());
+    e = errno;
+  }
   if (!p->impl_->skel) {
     err = "cannot load the eBPF probe: " + std::string(std::strerror(e));
     if (!g_libbpf_last.empty()) err += " (libbpf: " + g_libbpf_last + ")";
