@@ -180,14 +180,20 @@ void throughput_section(double seconds, int rounds) {
   };
   uint64_t probe_ns = 0;
   double probed_seconds = 0;
+  // One probe for the whole section, as the agent runs it: loading and freeing a probe (12 MiB of flow table,
+  // verification) between rounds would put kernel work from the probe's set-up into the other side's rounds.
+  std::string err;
+  auto probe = Probe::open(agent_like_options(), err);
+  if (!probe) throw std::runtime_error(err);
+  int in = probe->program_fd("np_tc_ingress"), eg = probe->program_fd("np_tc_egress");
   auto probed = [&] {
-    std::string err;
-    auto probe = Probe::open(agent_like_options(), err);
-    if (!probe || !probe->attach(net.host_if, AttachMode::kTc, err)) throw std::runtime_error(err);
-    int in = probe->program_fd("np_tc_ingress"), eg = probe->program_fd("np_tc_egress");
+    std::string aerr;
+    if (!probe->attach(net.host_if, AttachMode::kTc, aerr)) throw std::runtime_error(aerr);
     auto i0 = stats_of(in), e0 = stats_of(eg);
     auto b = netprism::bench::tcp_stream(net, seconds);
     auto i1 = stats_of(in), e1 = stats_of(eg);
+    probe->detach_all();
+    probe->flush_idle(netprism::agent::monotonic_now_ns(), true, [](const np_flowlet&) {});
     probe_ns += (i1.ns - i0.ns) + (e1.ns - e0.ns);
     probed_seconds += b.seconds;
     with.push_back(8.0 * double(b.bytes) / b.seconds / 1e9);
@@ -215,6 +221,9 @@ void throughput_section(double seconds, int rounds) {
   // (kernel bpf_stats) per second of stream. The stream is CPU-bound, so the throughput it can cost is at
   // most this share of the CPUs doing the work.
   double share = double(probe_ns) / 1e9 / probed_seconds;
+  auto c = probe->counters();
+  std::printf("probe invocations %llu, headers pulled into the linear area %llu\n",
+              (unsigned long long)c[NP_CNT_PACKETS], (unsigned long long)c[NP_CNT_PULLED]);
   std::printf(
       "probe CPU time: %.2f ms per second of stream = %.2f %% of one CPU (throughput ratio >= %.3f "
       "if the stream were bound by one CPU)\n",
