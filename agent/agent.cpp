@@ -1,5 +1,6 @@
 #include "agent.hpp"
 
+#include <net/if.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
@@ -22,6 +23,7 @@
 #include "rdma_sysfs.hpp"
 #include "rdma_verbs.hpp"
 #include "spool.hpp"
+#include "tc_qdisc.hpp"
 
 namespace netprism::agent {
 namespace {
@@ -99,6 +101,7 @@ class Agent {
   Counters counters() const;
   Hello make_hello();
   void watch_zmq_fd();
+  void release_probe();
 
   AgentOptions o_;
   std::string node_;
@@ -107,6 +110,8 @@ class Agent {
   uint64_t recalibrations_ = 0;
   uint64_t max_clock_step_ns_ = 0;
   std::unique_ptr<Probe> probe_;
+  mutable std::array<uint64_t, NP_CNT_MAX> last_probe_counters_{};
+  std::vector<int> clsact_added_;  // interfaces that had no clsact qdisc before we attached
   std::unique_ptr<Spool> spool_;
   zmq::context_t zctx_{1};
   std::unique_ptr<Delivery> delivery_;
@@ -147,10 +152,9 @@ Counters Agent::counters() const {
   c["unknown_node"] = d.unknown_node;
   c["reconnects"] = d.reconnects;
   c["rtt_us"] = d.rtt_ns / 1000;
-  if (probe_) {
-    auto pc = probe_->counters();
-    for (int i = 0; i < NP_CNT_MAX; ++i) c[probe_counter_name(i)] = pc[static_cast<std::size_t>(i)];
-  }
+  if (probe_) last_probe_counters_ = probe_->counters();  // kept for heartbeats after the probe is released
+  for (int i = 0; i < NP_CNT_MAX; ++i)
+    c[probe_counter_name(i)] = last_probe_counters_[static_cast<std::size_t>(i)];
   if (rdma_tracker_) {
     const auto& r = rdma_tracker_->stats();
     c["rdma_samples"] = r.samples;
@@ -220,13 +224,23 @@ bool Agent::setup(std::string& err) {
   po.gap_ns = o_.probe_gap_ns;
   po.max_burst_ns = o_.probe_max_burst_ns;
   for (const auto& a : agg) po.exclude.push_back({a.addr, a.port});
-  probe_ = Probe::open(po, err);
+  probe_ = Probe::open(po, err);  // released (filters detached, our qdiscs removed) by release_probe()
   if (!probe_) {
     err = "cannot load the probe: " + err;
     return false;
   }
   AttachMode mode = o_.mode == "xdp" ? AttachMode::kXdp : AttachMode::kTc;
   for (const auto& i : o_.ifaces) {
+    if (mode == AttachMode::kTc) {
+      int ifindex = static_cast<int>(if_nametoindex(i.c_str()));
+      std::string qerr;
+      auto present = has_clsact(ifindex, qerr);
+      if (!present)
+        log_warn("cannot tell whether " + i + " already has a clsact qdisc (" + qerr +
+                 "); it will be left in place");
+      else if (!*present)
+        clsact_added_.push_back(ifindex);
+    }
     if (!probe_->attach(i, mode, err)) {
       err = "cannot attach to " + i + ": " + err;
       return false;  // the Probe destructor detaches what was attached so far
@@ -358,6 +372,20 @@ void Agent::watch_zmq_fd() {
   }
 }
 
+// Detaches the probe everywhere and removes the clsact qdiscs this run added, unless someone else's filters
+// now live under them.
+void Agent::release_probe() {
+  if (!probe_) return;
+  probe_->detach_all();
+  probe_.reset();
+  for (int ifindex : clsact_added_) {
+    std::string err;
+    if (!remove_clsact_if_unused(ifindex, err) && !err.empty())
+      log_warn("clsact qdisc on ifindex " + std::to_string(ifindex) + " left in place: " + err);
+  }
+  clsact_added_.clear();
+}
+
 void Agent::shutdown() {
   auto sink = [this](const np_flowlet& f) { on_flowlet(f); };
   // Stop observing first, then collect everything still in the kernel: the ring buffer and the open bursts.
@@ -372,12 +400,14 @@ void Agent::shutdown() {
     for (auto& b : bursts) batcher_->add(b, now);
   }
   seal_and_submit(now);
+  release_probe();
 }
 
 int Agent::run() {
   std::string err;
   if (!setup(err)) {
     log_error(err);
+    release_probe();
     return 1;
   }
   sigset_t mask;
@@ -507,7 +537,6 @@ int Agent::run() {
            ", left in spool " + std::to_string(left) + " records (" + std::to_string(spool_->count()) +
            " batches), dropped " +
            std::to_string(spool_->stats().dropped_records + d.rejected_records + d.spool_error_records));
-  probe_.reset();
   return 0;
 }
 
