@@ -1,0 +1,281 @@
+// Stage 4: iteration boundaries and per-iteration synchronisation details.
+//
+// With data parallelism the boundary is the end of the first stage's DP synchronisation (the first stage
+// finishes its backward pass last, so its synchronisation closes the iteration). A synchronisation is found
+// as a cluster of DP transfers in which every DP direction of the group is active (every all-reduce
+// algorithm ends with a step that uses all its links; a member that is early alone only covers its own
+// link), followed by the long quiet gap of the next forward/backward pass.
+// Without data parallelism the boundary is the start of the first activation the first stage sends after
+// all the previous iteration's micro-batches returned (outstanding activation volume back to zero).
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "stages.hpp"
+
+namespace netprism::analysis {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  size_t m = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(m), v.end());
+  double hi = v[m];
+  if (v.size() % 2) return hi;
+  double lo = *std::max_element(v.begin(), v.begin() + static_cast<long>(m));
+  return (lo + hi) / 2;
+}
+
+double mad(const std::vector<double>& v, double med) {
+  std::vector<double> d;
+  d.reserve(v.size());
+  for (double x : v) d.push_back(std::fabs(x - med));
+  return median(std::move(d));
+}
+
+namespace {
+
+// Transfers of one DP exchange that follow each other within 1 ms belong to the same burst of activity:
+// the same idle-gap rule the probe uses to cut flowlets.
+constexpr uint64_t kClusterGapNs = 1'000'000;
+// A direction of a DP edge counts towards "full coverage" when it carries at least 10 % of the group's
+// busiest direction: ring and pairwise algorithms load every used direction about equally, and pure-ACK or
+// leftover directions carry far less.
+constexpr double kSignificantDirection = 0.10;
+// Two classes of gaps after a full-coverage cluster: inside one synchronisation (network latency and
+// reductions, milliseconds) and between iterations (a forward/backward pass). Only when the classes differ
+// by more than 4x in their geometric means are they treated as two; otherwise every gap is between
+// iterations. A factor 4 is far above the spread of either class and far below the usual ratio (> 20x).
+constexpr double kGapClassRatio = 4.0;
+// Leading boundaries that make an iteration shorter than half the median come from starting to watch in the
+// middle of an iteration; they are dropped (a real iteration never runs at twice the speed of its peers).
+constexpr double kShortLeadingIteration = 0.5;
+
+struct Cluster {
+  uint64_t start = 0, end = 0;
+  bool full = false;
+};
+
+// Otsu split of log-gaps; returns the threshold (ns) above which a gap separates iterations.
+double inter_gap_threshold(std::vector<double> gaps) {
+  if (gaps.size() < 2) return 0;
+  for (double& g : gaps) g = std::log(std::max(g, 1.0));
+  std::sort(gaps.begin(), gaps.end());
+  size_t n = gaps.size();
+  std::vector<double> pre(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) pre[i + 1] = pre[i] + gaps[i];
+  double best = -1;
+  size_t cut = 0;
+  for (size_t k = 1; k < n; ++k) {
+    double m0 = pre[k] / static_cast<double>(k), m1 = (pre[n] - pre[k]) / static_cast<double>(n - k);
+    double w = static_cast<double>(k) * static_cast<double>(n - k) * (m1 - m0) * (m1 - m0);
+    if (w > best) {
+      best = w;
+      cut = k;
+    }
+  }
+  double m0 = pre[cut] / static_cast<double>(cut), m1 = (pre[n] - pre[cut]) / static_cast<double>(n - cut);
+  if (m1 - m0 < std::log(kGapClassRatio)) return 0;
+  return std::exp((gaps[cut - 1] + gaps[cut]) / 2);
+}
+
+bool is_dp_xfer(const Structure& s, const Xfer& x, int group) {
+  return s.group_of[x.src] == group && s.group_of[x.dst] == group && s.stage_of[x.src] == s.stage_of[x.dst];
+}
+
+}  // namespace
+
+// Ends of each synchronisation of one DP group, in time order.
+std::vector<uint64_t> sync_ends(const JobSlice& job, const Structure& s, int group) {
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> dir_bytes;
+  std::vector<const Xfer*> xs;
+  for (const Xfer& x : job.xfers)
+    if (is_dp_xfer(s, x, group)) {
+      xs.push_back(&x);
+      dir_bytes[{x.src, x.dst}] += x.bytes;
+    }
+  if (xs.empty()) return {};
+  uint64_t top = 0;
+  for (auto& [k, b] : dir_bytes) top = std::max(top, b);
+  std::map<std::pair<uint32_t, uint32_t>, size_t> dir_idx;
+  for (auto& [k, b] : dir_bytes)
+    if (static_cast<double>(b) >= kSignificantDirection * static_cast<double>(top))
+      dir_idx.emplace(k, dir_idx.size());
+
+  std::vector<Cluster> cl;
+  std::vector<char> seen(dir_idx.size(), 0);
+  size_t covered = 0;
+  auto close = [&]() {
+    cl.back().full = covered == dir_idx.size();
+    std::fill(seen.begin(), seen.end(), 0);
+    covered = 0;
+  };
+  for (const Xfer* x : xs) {
+    if (cl.empty() || x->t0 > cl.back().end + kClusterGapNs) {
+      if (!cl.empty()) close();
+      cl.push_back({x->t0, x->t1, false});
+    }
+    cl.back().end = std::max(cl.back().end, x->t1);
+    auto it = dir_idx.find({x->src, x->dst});
+    if (it != dir_idx.end() && !seen[it->second]) {
+      seen[it->second] = 1;
+      ++covered;
+    }
+  }
+  close();
+
+  std::vector<double> gaps;
+  for (size_t i = 0; i + 1 < cl.size(); ++i)
+    if (cl[i].full) gaps.push_back(static_cast<double>(cl[i + 1].start - cl[i].end));
+  double thr = inter_gap_threshold(gaps);
+  std::vector<uint64_t> ends;
+  for (size_t i = 0; i < cl.size(); ++i) {
+    if (!cl[i].full) continue;
+    bool last = i + 1 == cl.size();
+    if (last || static_cast<double>(cl[i + 1].start - cl[i].end) > thr) ends.push_back(cl[i].end);
+  }
+  return ends;
+}
+
+namespace {
+
+// Iteration starts of a pipeline without DP: first activation sent after the outstanding volume returned to
+// zero. Activations count when they start, gradients when they end (causal order).
+std::vector<uint64_t> pipeline_starts(const JobSlice& job, const Structure& s) {
+  if (s.stages.size() < 2) return {};
+  // The busiest first-stage -> second-stage edge.
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> vol;
+  for (const Xfer& x : job.xfers)
+    if (s.stage_of[x.src] == 0 && s.stage_of[x.dst] == 1) vol[{x.src, x.dst}] += x.bytes;
+  if (vol.empty()) return {};
+  auto best = std::max_element(vol.begin(), vol.end(), [](auto& a, auto& b) { return a.second < b.second; });
+  auto [u, v] = best->first;
+  uint64_t a_total = 0, g_total = 0;
+  std::vector<double> a_sizes;
+  std::vector<std::pair<uint64_t, double>> ev;  // (time, +bytes activation / -bytes gradient)
+  std::vector<char> is_a;
+  for (const Xfer& x : job.xfers) {
+    if (x.src == u && x.dst == v) {
+      a_total += x.bytes;
+      a_sizes.push_back(static_cast<double>(x.bytes));
+    } else if (x.src == v && x.dst == u) {
+      g_total += x.bytes;
+    }
+  }
+  if (a_total == 0 || g_total == 0) return {};
+  double scale = static_cast<double>(a_total) / static_cast<double>(g_total);
+  for (const Xfer& x : job.xfers) {
+    if (x.src == u && x.dst == v) ev.emplace_back(x.t0, static_cast<double>(x.bytes));
+    if (x.src == v && x.dst == u) ev.emplace_back(x.t1, -static_cast<double>(x.bytes) * scale);
+  }
+  std::sort(ev.begin(), ev.end());
+  // Half of a typical activation transfer: below it the pipeline holds no micro-batch.
+  double eps = 0.5 * median(a_sizes);
+  std::vector<uint64_t> starts;
+  double out = 0;
+  bool drained = false;
+  for (auto [t, b] : ev) {
+    if (b > 0) {
+      if (drained) starts.push_back(t);
+      drained = false;
+      out += b;
+    } else {
+      out = std::max(0.0, out + b);
+      if (out <= eps) {
+        out = 0;
+        drained = true;
+      }
+    }
+  }
+  return starts;
+}
+
+}  // namespace
+
+Timeline build_timeline(const Normalized&, const JobSlice& job, const Structure& s) {
+  Timeline t;
+  int ref = -1;
+  for (size_t g = 0; g < s.dp_groups.size(); ++g)
+    if (ref < 0 || s.stage_of[s.dp_groups[g][0]] < s.stage_of[s.dp_groups[static_cast<size_t>(ref)][0]] ||
+        (s.stage_of[s.dp_groups[g][0]] == s.stage_of[s.dp_groups[static_cast<size_t>(ref)][0]] &&
+         s.dp_groups[g].size() > s.dp_groups[static_cast<size_t>(ref)].size()))
+      ref = static_cast<int>(g);
+  t.boundaries = ref >= 0 ? sync_ends(job, s, ref) : pipeline_starts(job, s);
+
+  auto durations = [&]() {
+    std::vector<double> d;
+    for (size_t i = 0; i + 1 < t.boundaries.size(); ++i)
+      d.push_back(static_cast<double>(t.boundaries[i + 1] - t.boundaries[i]));
+    return d;
+  };
+  double med = median(durations());
+  while (t.boundaries.size() >= 3 &&
+         static_cast<double>(t.boundaries[1] - t.boundaries[0]) < kShortLeadingIteration * med)
+    t.boundaries.erase(t.boundaries.begin());
+  t.step_ns = median(durations());
+
+  // Per iteration, per group: sync end and each member's join (first DP send after the group's previous
+  // synchronisation).
+  size_t iters = t.boundaries.size() > 1 ? t.boundaries.size() - 1 : 0;
+  t.syncs.assign(iters, std::vector<Timeline::GroupSync>(s.dp_groups.size()));
+  for (size_t g = 0; g < s.dp_groups.size(); ++g) {
+    std::vector<uint64_t> ends =
+        static_cast<int>(g) == ref ? t.boundaries : sync_ends(job, s, static_cast<int>(g));
+    const auto& members = s.dp_groups[g];
+    // A group's synchronisation belongs to the iteration it ends in; a small allowance after the boundary
+    // (5 % of a step) absorbs a group that finishes a hair after the reference group.
+    uint64_t slack = static_cast<uint64_t>(0.05 * t.step_ns);
+    std::vector<int> iter_of(ends.size(), -1);
+    for (size_t k = 0; k < ends.size(); ++k) {
+      auto it =
+          std::lower_bound(t.boundaries.begin(), t.boundaries.end(), ends[k] > slack ? ends[k] - slack : 0);
+      if (it == t.boundaries.begin() || it == t.boundaries.end()) continue;
+      iter_of[k] = static_cast<int>(it - t.boundaries.begin()) - 1;
+      auto& gs = t.syncs[static_cast<size_t>(iter_of[k])][g];
+      gs.end = ends[k];
+      gs.join.assign(members.size(), 0);
+    }
+    // Joins: one pass over the group's DP transfers, each placed in the sync it precedes.
+    for (const Xfer& x : job.xfers) {
+      if (!is_dp_xfer(s, x, static_cast<int>(g))) continue;
+      auto it = std::lower_bound(ends.begin(), ends.end(), x.t0);
+      if (it == ends.end()) continue;
+      size_t k = static_cast<size_t>(it - ends.begin());
+      if (iter_of[k] < 0) continue;
+      auto& gs = t.syncs[static_cast<size_t>(iter_of[k])][g];
+      size_t m = static_cast<size_t>(std::find(members.begin(), members.end(), x.src) - members.begin());
+      if (m < members.size() && (gs.join[m] == 0 || x.t0 < gs.join[m])) gs.join[m] = x.t0;
+      if (gs.start == 0 || x.t0 < gs.start) gs.start = x.t0;
+    }
+  }
+  return t;
+}
+
+std::vector<Phase> node_phases(const Normalized& n, const JobSlice& job, const Structure& s,
+                               const Timeline& t, size_t i) {
+  std::vector<Phase> out;
+  if (i + 1 >= t.boundaries.size()) return out;
+  uint64_t lo = t.boundaries[i], hi = t.boundaries[i + 1];
+  std::map<uint32_t, std::pair<uint64_t, uint64_t>> pp;
+  auto first = std::lower_bound(job.xfers.begin(), job.xfers.end(), lo,
+                                [](const Xfer& x, uint64_t v) { return x.t0 < v; });
+  for (auto it = first; it != job.xfers.end() && it->t0 < hi; ++it) {
+    if (s.stage_of[it->src] == s.stage_of[it->dst]) continue;
+    for (uint32_t v : {it->src, it->dst}) {
+      auto [p, ins] = pp.try_emplace(v, it->t0, std::min(it->t1, hi));
+      if (!ins) p->second.second = std::max(p->second.second, std::min(it->t1, hi));
+    }
+  }
+  for (auto& [v, w] : pp) out.push_back({n.nodes[v], "pipeline", w.first, w.second});
+  if (i < t.syncs.size())
+    for (size_t g = 0; g < s.dp_groups.size(); ++g) {
+      const auto& gs = t.syncs[i][g];
+      if (gs.end == 0) continue;
+      for (size_t m = 0; m < s.dp_groups[g].size(); ++m)
+        if (gs.join[m] && gs.join[m] <= gs.end)
+          out.push_back({n.nodes[s.dp_groups[g][m]], "dp_sync", std::max(gs.join[m], lo), gs.end});
+    }
+  return out;
+}
+
+}  // namespace netprism::analysis
