@@ -29,6 +29,8 @@ ap.add_argument("--cli", required=True)
 ap.add_argument("--outage", type=float, default=0.0)
 ap.add_argument("--mode", default="tc")
 ap.add_argument("--seconds", type=float, default=6.0, help="how long the paced transfer lasts")
+ap.add_argument("--memory-bytes", type=int, default=0,
+                help="agent's in-memory bound for unacknowledged batches (small: the outage goes to the disk spool)")
 args = ap.parse_args()
 
 if os.geteuid() != 0:
@@ -133,8 +135,12 @@ try:
     sh(["ip", "link", "set", vb, "up"], ns=ns_b)
 
     aggr = start_aggregator()
-    agent = spawn([args.agent, "--aggregator", f"tcp://{ip_b}:7470", "--node", "node-a", "--iface", va,
-                   "--mode", args.mode, "--spool-dir", f"{tmp}/spool"], ns_a, f"{tmp}/agent.log")
+    config = f"{tmp}/agent.toml"
+    with open(config, "w") as f:
+        if args.memory_bytes:
+            f.write(f"[spool]\nmemory_max_bytes = {args.memory_bytes}\n")
+    agent = spawn([args.agent, "--config", config, "--aggregator", f"tcp://{ip_b}:7470", "--node", "node-a",
+                   "--iface", va, "--mode", args.mode, "--spool-dir", f"{tmp}/spool"], ns_a, f"{tmp}/agent.log")
     deadline = time.time() + 30
     while time.time() < deadline:
         st = cli("status")
@@ -208,7 +214,19 @@ try:
             if f["first_ns"] < int(t0 * 1e9) - 2 * 10**9:
                 fail(f"first_ns {f['first_ns']} is before the transfer began ({t0})")
     st = cli("status")
-    print("status:", json.dumps(st)[:2000], flush=True)
+    me = [a for a in (st or {}).get("agents", []) if a["node"] == "node-a"]
+    if not me:
+        fail("node-a missing from `netprism status`")
+    else:
+        c = me[0].get("counters", {})
+        print("agent counters:", {k: c.get(k) for k in ("captured", "shipped", "acked", "spooled", "resent_batches",
+                                                         "reconnects", "dropped_spool_full", "dropped_rejected",
+                                                         "probe_excluded", "probe_ringbuf_full")}, flush=True)
+        lost = {k: v for k, v in c.items() if k.startswith("dropped_") and v}
+        if lost:
+            fail(f"the agent reports dropped records: {lost}")
+        if args.memory_bytes and args.outage and not c.get("spooled"):
+            fail("the outage should have sent batches to the disk spool (spooled == 0)")
 
     # SIGTERM: a clean exit that leaves nothing attached.
     agent.send_signal(signal.SIGTERM)
