@@ -114,6 +114,7 @@ class Delivery {
   State state_ = State::kBackoff;
   uint64_t next_attempt_ns_ = 0;
   uint64_t backoff_ns_ = 0;
+  uint64_t hello_epoch_ = 0;
   uint64_t hello_sent_mono_ = 0;
   uint64_t hello_sent_real_ = 0;
   uint64_t last_send_ns_ = 0;

@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   app.add_option("--mode", o.mode, "attach mode: tc (ingress+egress, default) or xdp (ingress)")
       ->check(CLI::IsMember({"tc", "xdp"}));
   app.add_option("--spool-dir", o.spool_dir,
-                 "where unacknowledged batches wait (default /var/lib/netprism/spool)");
+                 "where unacknowledged batches wait (default /var/lib/netprism/agent/spool)");
   app.add_option("--rdma-sysfs", o.rdma_sysfs, "RDMA sysfs root (default /sys/class/infiniband)");
   app.add_option("--config", config_path, "TOML config file (default /etc/netprism/agent.toml if it exists)");
   app.add_flag("--check", check,

@@ -55,16 +55,22 @@ class TestAggregator {
       if (d.message->type == MsgType::kHello) {
         const auto& h = std::get<Hello>(d.message->body);
         ++hellos;
-        known.insert(h.node);
+        known.insert({h.node, h.epoch});  // like the real aggregator: batches are placed by (node, epoch)
+        hello_epochs.push_back(h.epoch);
         a.epoch = h.epoch;
         a.status = AckStatus::kHelloOk;
+        if (reject_hello) {
+          a.epoch = 0;  // the aggregator's rejections of what it cannot place carry no batch key
+          a.status = AckStatus::kRejected;
+          a.reason = "agent version not supported";
+        }
       } else if (d.message->type == MsgType::kBatch) {
         const auto& b = std::get<Batch>(d.message->body);
         ++batches_received;
         a.epoch = b.epoch;
         a.seq = b.seq;
         if (silent) continue;
-        if (!known.count(b.node)) {
+        if (!known.count({b.node, b.epoch})) {
           a.status = AckStatus::kUnknownNode;
         } else if (reject_seq && *reject_seq == b.seq) {
           a.status = AckStatus::kRejected;
@@ -87,9 +93,11 @@ class TestAggregator {
   }
 
   std::set<std::pair<uint64_t, uint64_t>> stored;
-  std::set<std::string> known;
+  std::set<std::pair<std::string, uint64_t>> known;
+  std::vector<uint64_t> hello_epochs;
   uint64_t records = 0, hellos = 0, heartbeats = 0, batches_received = 0;
   bool silent = false;
+  bool reject_hello = false;
   std::optional<uint64_t> reject_seq;
 
  private:
@@ -306,4 +314,22 @@ TEST(Delivery, SpooledBatchesFromAnEarlierRunAreResent) {
   EXPECT_TRUE(d.idle());
   EXPECT_EQ(agg.stored.size(), 6u);
   EXPECT_EQ(agg.records, 18u);
+  // The earlier run's epoch was introduced before the current one, which came last.
+  ASSERT_GE(agg.hello_epochs.size(), 2u);
+  EXPECT_EQ(agg.hello_epochs.front(), 1u);
+  EXPECT_EQ(agg.hello_epochs.back(), 2u);
+}
+
+TEST(Delivery, RejectedHelloIsRetriedWithBackoffKeepingTheData) {
+  Fixture f(fast());
+  f.agg.reject_hello = true;
+  for (uint64_t i = 0; i < 3; ++i) f.submit(i);
+  f.run_for(400);
+  EXPECT_FALSE(f.d->ready());
+  EXPECT_GE(f.d->stats().reconnects, 2u);
+  EXPECT_GE(f.agg.hellos, 2u);
+  EXPECT_EQ(f.d->pending_batches(), 3u);
+  f.agg.reject_hello = false;  // e.g. the aggregator was upgraded
+  ASSERT_TRUE(f.run_until([&] { return f.d->idle(); }));
+  EXPECT_EQ(f.agg.stored.size(), 3u);
 }
