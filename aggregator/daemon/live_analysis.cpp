@@ -27,9 +27,14 @@ analysis::Job job_from_json(const nlohmann::json& d) {
     j.parallelism.stages = p->value("stages", std::vector<std::vector<std::string>>{});
   }
   if (auto its = d.find("iterations"); its != d.end() && its->is_array())
-    for (const auto& i : *its)
-      j.iterations.push_back({i.value("index", 0), i.value("start_ns", uint64_t{0}),
-                              i.value("end_ns", uint64_t{0}), i.value("duration_ns", uint64_t{0})});
+    for (const auto& i : *its) {
+      analysis::Iteration it;
+      it.index = i.value("index", 0);
+      it.start_ns = i.value("start_ns", uint64_t{0});
+      it.end_ns = i.value("end_ns", uint64_t{0});
+      it.duration_ns = i.value("duration_ns", uint64_t{0});
+      j.iterations.push_back(std::move(it));
+    }
   if (auto fs = d.find("findings"); fs != d.end() && fs->is_array())
     for (const auto& f : *fs) {
       analysis::Finding x;
