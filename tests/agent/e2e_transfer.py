@@ -29,6 +29,9 @@ ap.add_argument("--cli", required=True)
 ap.add_argument("--outage", type=float, default=0.0)
 ap.add_argument("--mode", default="tc")
 ap.add_argument("--seconds", type=float, default=6.0, help="how long the paced transfer lasts")
+ap.add_argument("--restart-agent", action="store_true",
+                help="during the outage, after the transfer: SIGTERM the agent (its unacknowledged batches go to "
+                     "the spool) and start a new one, which must deliver the earlier run's batches")
 ap.add_argument("--memory-bytes", type=int, default=0,
                 help="agent's in-memory bound for unacknowledged batches (small: the outage goes to the disk spool)")
 args = ap.parse_args()
@@ -139,8 +142,9 @@ try:
     with open(config, "w") as f:
         if args.memory_bytes:
             f.write(f"[spool]\nmemory_max_bytes = {args.memory_bytes}\n")
-    agent = spawn([args.agent, "--config", config, "--aggregator", f"tcp://{ip_b}:7470", "--node", "node-a",
-                   "--iface", va, "--mode", args.mode, "--spool-dir", f"{tmp}/spool"], ns_a, f"{tmp}/agent.log")
+    agent_cmd = [args.agent, "--config", config, "--aggregator", f"tcp://{ip_b}:7470", "--node", "node-a",
+                 "--iface", va, "--mode", args.mode, "--spool-dir", f"{tmp}/spool"]
+    agent = spawn(agent_cmd, ns_a, f"{tmp}/agent.log")
     deadline = time.time() + 30
     while time.time() < deadline:
         st = cli("status")
@@ -156,12 +160,26 @@ try:
         time.sleep(0.05)
     total = random.randint(30_000_000, 40_000_000)
 
+    transfer_done = threading.Event()
+    holder = {"agent": agent}
+
     def outage():
         time.sleep(min(3.0, args.seconds / 3))
         print(f"SIGKILL aggregator; restarting in {args.outage} s", flush=True)
+        t_kill = time.time()
         aggr.kill()
         aggr.wait()
-        time.sleep(args.outage)
+        if args.restart_agent:
+            transfer_done.wait()
+            time.sleep(1.0)  # let the last bursts reach the agent
+            holder["agent"].send_signal(signal.SIGTERM)
+            rc = holder["agent"].wait(timeout=30)
+            spooled = [f for f in os.listdir(f"{tmp}/spool") if f.endswith(".npb")]
+            print(f"agent stopped during the outage (exit {rc}), {len(spooled)} batches in the spool", flush=True)
+            if rc != 0 or not spooled:
+                fail(f"agent stop during the outage: exit {rc}, {len(spooled)} spooled batches")
+            holder["agent"] = spawn(agent_cmd, ns_a, f"{tmp}/agent.log")
+        time.sleep(max(0.0, args.outage - (time.time() - t_kill)))
         start_aggregator()
 
     killer = threading.Thread(target=outage) if args.outage > 0 else None
@@ -171,8 +189,10 @@ try:
     out = sh(["/usr/bin/python3", "-c", SENDER, ip_b, str(total), str(args.seconds)], ns=ns_a).split()
     sent, wire, retrans = (int(x) for x in out)
     print(f"sent {sent} bytes in {time.time() - t0:.1f} s; on the wire {wire} ({retrans} retransmitted)", flush=True)
+    transfer_done.set()
     if killer:
         killer.join()
+    agent = holder["agent"]
     while not os.path.exists(received):
         time.sleep(0.05)
     got = int(open(received).read())
