@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "clock.hpp"
@@ -111,7 +113,14 @@ class Agent {
   uint64_t max_clock_step_ns_ = 0;
   std::unique_ptr<Probe> probe_;
   mutable std::array<uint64_t, NP_CNT_MAX> last_probe_counters_{};
-  std::vector<int> clsact_added_;  // interfaces that had no clsact qdisc before we attached
+  struct AddedQdisc {
+    int ifindex;
+    std::string marker;
+  };
+  std::vector<AddedQdisc> clsact_added_;  // interfaces whose clsact qdisc netprism added
+  std::string clsact_marker(const std::string& ifname) const {
+    return o_.spool_dir + "/.clsact-added-" + ifname;
+  }
   std::unique_ptr<Spool> spool_;
   zmq::context_t zctx_{1};
   std::unique_ptr<Delivery> delivery_;
@@ -224,6 +233,9 @@ bool Agent::setup(std::string& err) {
   po.gap_ns = o_.probe_gap_ns;
   po.max_burst_ns = o_.probe_max_burst_ns;
   for (const auto& a : agg) po.exclude.push_back({a.addr, a.port});
+  // The spool directory also holds the markers of clsact qdiscs this agent added (see release_probe()).
+  spool_ = std::make_unique<Spool>(o_.spool_dir, o_.spool_max_bytes);
+  if (!spool_->open(err)) return false;
   probe_ = Probe::open(po, err);  // released (filters detached, our qdiscs removed) by release_probe()
   if (!probe_) {
     err = "cannot load the probe: " + err;
@@ -235,11 +247,20 @@ bool Agent::setup(std::string& err) {
       int ifindex = static_cast<int>(if_nametoindex(i.c_str()));
       std::string qerr;
       auto present = has_clsact(ifindex, qerr);
-      if (!present)
+      // A marker file records that we added the qdisc, so a run after a crash (whose tc filters and qdisc
+      // outlive it) still knows the qdisc is netprism's to remove.
+      std::string marker = clsact_marker(i);
+      if (!present) {
         log_warn("cannot tell whether " + i + " already has a clsact qdisc (" + qerr +
                  "); it will be left in place");
-      else if (!*present)
-        clsact_added_.push_back(ifindex);
+      } else if (!*present) {
+        std::ofstream(marker) << ifindex << "\n";
+        clsact_added_.push_back({ifindex, marker});
+      } else if (std::filesystem::exists(marker)) {
+        log_info("the clsact qdisc on " + i + " was added by an earlier run that did not exit cleanly; " +
+                 "it is removed at exit like one added now");
+        clsact_added_.push_back({ifindex, marker});
+      }
     }
     if (!probe_->attach(i, mode, err)) {
       err = "cannot attach to " + i + ": " + err;
@@ -251,8 +272,6 @@ bool Agent::setup(std::string& err) {
                            ? probe_->max_burst_ns()
                            : (o_.probe_max_burst_ns ? o_.probe_max_burst_ns : kFallbackMaxBurstNs);
 
-  spool_ = std::make_unique<Spool>(o_.spool_dir, o_.spool_max_bytes);
-  if (!spool_->open(err)) return false;
   batcher_ = std::make_unique<Batcher>(node_, epoch_, o_.batching);
   budget_ = std::make_unique<Budget>(o_.budget);
 
@@ -378,10 +397,13 @@ void Agent::release_probe() {
   if (!probe_) return;
   probe_->detach_all();
   probe_.reset();
-  for (int ifindex : clsact_added_) {
+  for (const auto& q : clsact_added_) {
     std::string err;
-    if (!remove_clsact_if_unused(ifindex, err) && !err.empty())
-      log_warn("clsact qdisc on ifindex " + std::to_string(ifindex) + " left in place: " + err);
+    if (remove_clsact_if_unused(q.ifindex, err))
+      std::filesystem::remove(q.marker);
+    else if (!err.empty())
+      log_warn("clsact qdisc on ifindex " + std::to_string(q.ifindex) + " left in place: " + err);
+    // Other filters under it: left in place with its marker, so a later run removes it once they are gone.
   }
   clsact_added_.clear();
 }
@@ -404,18 +426,20 @@ void Agent::shutdown() {
 }
 
 int Agent::run() {
-  std::string err;
-  if (!setup(err)) {
-    log_error(err);
-    release_probe();
-    return 1;
-  }
+  // Signals are blocked before anything is attached: a SIGTERM during start-up waits in the signalfd and
+  // leads to the normal clean shutdown instead of killing the process with filters attached.
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGINT);
   sigaddset(&mask, SIGTERM);
   sigprocmask(SIG_BLOCK, &mask, nullptr);
   Fd sfd(signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+  std::string err;
+  if (!setup(err)) {
+    log_error(err);
+    release_probe();
+    return 1;
+  }
   Fd tfd(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
   Fd ep(epoll_create1(EPOLL_CLOEXEC));
   if (sfd.get() < 0 || tfd.get() < 0 || ep.get() < 0) {

@@ -1,5 +1,6 @@
 // netprism-agent: loads the probe on the node's interfaces, reads RDMA state, and ships flow records to the
 // aggregator with no loss. Flags override the TOML config file (/etc/netprism/agent.toml when it exists).
+#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -16,6 +17,13 @@
 
 int main(int argc, char** argv) {
   using namespace netprism;
+  // SIGINT/SIGTERM are taken through a signalfd by the agent loop; blocking them first thing means one that
+  // arrives during start-up is held until the loop can shut down cleanly (nothing attached is left behind).
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
   CLI::App app{"netprism-agent: watches a node's training traffic and ships flow records to the aggregator",
                "netprism-agent"};
   cli::standard_flags(app);
