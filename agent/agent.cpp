@@ -359,7 +359,7 @@ void Agent::apply_level() {
 void Agent::run_budget(uint64_t now) {
   if (now - budget_window_start_ < budget_->options().window_ns) return;
   uint64_t cpu = process_cpu_ns();
-  uint64_t recs = captured_;
+  uint64_t recs = batched_records_ + batcher_->records();  // every record produced: flowlets and RDMA
   int before = budget_->level().level;
   if (budget_->observe(cpu - budget_cpu_start_, recs - budget_records_start_, now - budget_window_start_)) {
     BudgetLevel l = budget_->level();
@@ -417,6 +417,7 @@ void Agent::shutdown() {
   probe_->poll(sink);
   uint64_t now = mono_now_ns();
   if (rdma_tracker_) {
+    sample_rdma(now);  // one last reading, so the counters' movement up to the exit is reported
     std::vector<RdmaPortBurst> bursts;
     rdma_tracker_->flush(bursts);
     for (auto& b : bursts) batcher_->add(b, now);

@@ -2,6 +2,7 @@
 // loopback, a fixture RDMA sysfs tree (--rdma-sysfs) and a test aggregator on an ipc:// endpoint (reachable
 // across namespaces). The RDMA counters change under the running agent; what it ships must be words x 4,
 // cut into bursts by the gap rule, with Unix-epoch times -- and SIGTERM must end it cleanly.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,74 +48,94 @@ int sh(const std::string& cmd) {
 
 }  // namespace
 
-TEST(AgentBinary, FixtureRdmaSysfsShipsSamplesAndBurstsThenStopsCleanly) {
-  NP_REQUIRE_ROOT();
-  TempDir t;
-  std::string ns = "nprd" + std::to_string(getpid());
-  ASSERT_EQ(sh("ip netns add " + ns), 0);
-  struct NsGuard {
-    std::string ns;
-    ~NsGuard() { sh("ip netns del " + ns); }
-  } guard{ns};
-  ASSERT_EQ(sh("ip -n " + ns + " link set lo up"), 0);
-
-  Counters4 port{t / "ib/mlx5_0/ports/1"};
-  port.set(0, 0, 0, 0);
-  std::ofstream(t / "agent.toml") << "[rdma]\nsample_interval_ms = 10\nship_samples_ms = 200\n"
-                                  << "[delivery]\nlinger_ms = 3000\n";
-
-  zmq::context_t ctx{1};
-  TestAggregator agg(ctx, "ipc://" + (t / "agg.sock"));
-  agg.keep_batches = true;
-
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    std::string agg_ep = "ipc://" + (t / "agg.sock"), spool = t / "spool", ib = t / "ib",
-                cfg = t / "agent.toml";
-    execlp("ip", "ip", "netns", "exec", ns.c_str(), NP_AGENT_BIN, "--aggregator", agg_ep.c_str(), "--node",
-           "rdma-fixture", "--iface", "lo", "--spool-dir", spool.c_str(), "--rdma-sysfs", ib.c_str(),
-           "--config", cfg.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
+// One agent process in its own namespace, shipping to a TestAggregator on ipc://, with a fixture RDMA tree.
+class AgentProcess {
+ public:
+  explicit AgentProcess(const std::string& extra_config)
+      : ns_("nprd" + std::to_string(getpid()) + std::to_string(++instances_)),
+        port(t_ / "ib/mlx5_0/ports/1") {
+    ok_ = sh("ip netns add " + ns_) == 0 && sh("ip -n " + ns_ + " link set lo up") == 0;
+    port.set(0, 0, 0, 0);
+    std::ofstream(t_ / "agent.toml") << "[rdma]\nsample_interval_ms = 10\nship_samples_ms = 200\n"
+                                     << "[delivery]\nlinger_ms = 3000\n"
+                                     << extra_config;
+    agg = std::make_unique<TestAggregator>(ctx_, "ipc://" + (t_ / "agg.sock"));
+    agg->keep_batches = true;
   }
-  struct Reaper {
-    pid_t pid;
-    ~Reaper() {
-      if (pid > 0 && waitpid(pid, nullptr, WNOHANG) == 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, nullptr, 0);
+  ~AgentProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    sh("ip netns del " + ns_);
+  }
+  AgentProcess(const AgentProcess&) = delete;
+  AgentProcess& operator=(const AgentProcess&) = delete;
+
+  bool start() {
+    if (!ok_) return false;
+    pid_ = fork();
+    if (pid_ == 0) {
+      std::string agg_ep = "ipc://" + (t_ / "agg.sock"), spool = t_ / "spool", ib = t_ / "ib",
+                  cfg = t_ / "agent.toml", log = t_ / "agent.log";
+      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+      if (fd >= 0) dup2(fd, 2);
+      execlp("ip", "ip", "netns", "exec", ns_.c_str(), NP_AGENT_BIN, "--aggregator", agg_ep.c_str(), "--node",
+             "rdma-fixture", "--iface", "lo", "--spool-dir", spool.c_str(), "--rdma-sysfs", ib.c_str(),
+             "--config", cfg.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    while (agg->hellos == 0 && std::chrono::steady_clock::now() < deadline) agg->pump(20);
+    return agg->hellos > 0;
+  }
+  void pump_for(int ms) {
+    auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (std::chrono::steady_clock::now() < end) agg->pump(5);
+  }
+  // SIGTERM, then serve the linger; returns the exit status (-1: did not exit within 10 s).
+  int stop() {
+    kill(pid_, SIGTERM);
+    int status = 0;
+    auto stop_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < stop_by) {
+      agg->pump(10);
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        pump_for(100);
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       }
     }
-  } reaper{pid};
-
-  auto pump_for = [&](int ms) {
-    auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-    while (std::chrono::steady_clock::now() < end) agg.pump(5);
-  };
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
-  while (agg.hellos == 0 && std::chrono::steady_clock::now() < deadline) agg.pump(20);
-  ASSERT_GE(agg.hellos, 1u) << "the agent never said HELLO";
-  pump_for(300);  // baseline samples
-
-  port.set(1000, 500, 10, 5);  // first burst
-  pump_for(400);               // idle well past the RDMA gap (2 samples = 20 ms)
-  port.set(3000, 500, 30, 5);  // second burst
-  pump_for(400);
-
-  ASSERT_EQ(kill(pid, SIGTERM), 0);
-  int status = -1;
-  auto stop_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (std::chrono::steady_clock::now() < stop_by) {
-    agg.pump(10);
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      reaper.pid = -1;
-      break;
-    }
+    return -1;
   }
-  ASSERT_EQ(reaper.pid, -1) << "the agent did not exit after SIGTERM";
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
-  pump_for(100);
+  std::string log() const {
+    std::ifstream f(t_ / "agent.log");
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }
+
+ private:
+  static inline int instances_ = 0;
+  TempDir t_;
+  std::string ns_;
+  bool ok_ = false;
+  pid_t pid_ = -1;
+  zmq::context_t ctx_{1};
+
+ public:
+  Counters4 port;
+  std::unique_ptr<TestAggregator> agg;
+};
+
+TEST(AgentBinary, FixtureRdmaSysfsShipsSamplesAndBurstsThenStopsCleanly) {
+  NP_REQUIRE_ROOT();
+  AgentProcess a("");
+  ASSERT_TRUE(a.start()) << "the agent never said HELLO: " << a.log();
+  a.pump_for(300);               // baseline samples
+  a.port.set(1000, 500, 10, 5);  // first burst
+  a.pump_for(400);               // idle well past the RDMA gap (2 samples = 20 ms)
+  a.port.set(3000, 500, 30, 5);  // second burst
+  a.pump_for(400);
+  ASSERT_EQ(a.stop(), 0) << a.log();
 
   uint64_t xb = 0, rb = 0, xp = 0, rp = 0, max_sample = 0;
   std::size_t bursts = 0, samples = 0;
@@ -122,7 +143,7 @@ TEST(AgentBinary, FixtureRdmaSysfsShipsSamplesAndBurstsThenStopsCleanly) {
                                                  std::chrono::system_clock::now().time_since_epoch())
                                                  .count());
   Counters last;
-  for (const auto& b : agg.batches) {
+  for (const auto& b : a.agg->batches) {
     for (const auto& r : b.rdma_bursts) {
       ++bursts;
       EXPECT_EQ(r.device, "mlx5_0");
@@ -154,4 +175,31 @@ TEST(AgentBinary, FixtureRdmaSysfsShipsSamplesAndBurstsThenStopsCleanly) {
   EXPECT_EQ(last["rdma_read_errors"], 0u);
   EXPECT_TRUE(last.count("probe_packets"));
   EXPECT_TRUE(last.count("budget_level"));
+}
+
+TEST(AgentBinary, OverBudgetDegradesInStatedCountedSteps) {
+  NP_REQUIRE_ROOT();
+  // A record budget of 2/s against steady RDMA activity (bursts cut every max-burst, samples 5/s).
+  AgentProcess a("[budget]\nmax_records_per_sec = 2.0\n");
+  ASSERT_TRUE(a.start()) << a.log();
+  a.pump_for(300);  // the agent's first reading is its baseline: let it see the counters at zero
+  uint64_t words = 0;
+  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(5500);
+  while (std::chrono::steady_clock::now() < end) {
+    words += 100;
+    a.port.set(words, words, words / 10, words / 10);
+    a.pump_for(20);
+  }
+  ASSERT_EQ(a.stop(), 0) << a.log();
+  ASSERT_FALSE(a.agg->batches.empty());
+  Counters last = a.agg->batches.back().counters;
+  EXPECT_GE(last["budget_level"], 1u);
+  EXPECT_GE(last["budget_degrade_steps"], 1u);
+  EXPECT_GE(last["budget_over_windows"], 2u);
+  EXPECT_NE(a.log().find("budget: level 0 -> 1"), std::string::npos) << a.log();
+  // Degrading never loses bytes: the bursts still add up to every word counted.
+  uint64_t xb = 0;
+  for (const auto& b : a.agg->batches)
+    for (const auto& r : b.rdma_bursts) xb += r.xmit_bytes;
+  EXPECT_EQ(xb, words * 4);
 }
