@@ -262,6 +262,18 @@ bool Agent::setup(std::string& err) {
         clsact_added_.push_back({ifindex, marker});
       }
     }
+    if (mode == AttachMode::kTc) {
+      // Filters of a crashed run are found by program name and removed before attaching, so the probe
+      // attaches fresh even where it could not identify them itself (reading a program by id needs
+      // CAP_SYS_ADMIN, which the packaged unit does not grant).
+      std::string serr;
+      auto n = remove_stale_filters(static_cast<int>(if_nametoindex(i.c_str())), "np_tc_ingress",
+                                    "np_tc_egress", serr);
+      if (!n)
+        log_warn("cannot look for filters an earlier run left on " + i + ": " + serr);
+      else if (*n)
+        log_info("removed " + std::to_string(*n) + " tc filter(s) an earlier run of the agent left on " + i);
+    }
     if (!probe_->attach(i, mode, err)) {
       err = "cannot attach to " + i + ": " + err;
       return false;  // the Probe destructor detaches what was attached so far

@@ -2,6 +2,7 @@
 
 #include <bpf/libbpf.h>
 #include <linux/netlink.h>
+#include <linux/pkt_cls.h>
 #include <linux/pkt_sched.h>
 #include <linux/rtnetlink.h>
 #include <sys/socket.h>
@@ -9,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 namespace netprism::agent {
@@ -123,6 +125,51 @@ bool remove_clsact_if_unused(int ifindex, std::string& err) {
     return false;
   }
   return true;
+}
+
+std::optional<std::size_t> remove_stale_filters(int ifindex, const std::string& ingress_prog,
+                                                const std::string& egress_prog, std::string& err) {
+  std::size_t removed = 0;
+  for (auto [minor, point, prog] : {std::tuple{TC_H_MIN_INGRESS, BPF_TC_INGRESS, &ingress_prog},
+                                    std::tuple{TC_H_MIN_EGRESS, BPF_TC_EGRESS, &egress_prog}}) {
+    struct Found {
+      uint32_t handle, prio;
+    };
+    std::vector<Found> stale;
+    RtSocket s;
+    tcmsg f{};
+    f.tcm_family = AF_UNSPEC;
+    f.tcm_ifindex = ifindex;
+    f.tcm_parent = TC_H_MAKE(TC_H_CLSACT, minor);
+    bool ok = s.dump(
+        RTM_GETTFILTER, RTM_NEWTFILTER, f,
+        [&](const tcmsg& t, rtattr* a, int len) {
+          if (t.tcm_handle == 0) return;  // the filter chain's own entry, not a filter
+          bool bpf = false;
+          std::string name;
+          for (; RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+            if (a->rta_type == TCA_KIND)
+              bpf = std::strncmp(static_cast<const char*>(RTA_DATA(a)), "bpf", RTA_PAYLOAD(a)) == 0;
+            if (a->rta_type != TCA_OPTIONS) continue;
+            int olen = static_cast<int>(RTA_PAYLOAD(a));
+            for (auto* o = static_cast<rtattr*>(RTA_DATA(a)); RTA_OK(o, olen); o = RTA_NEXT(o, olen))
+              if (o->rta_type == TCA_BPF_NAME)
+                name.assign(static_cast<const char*>(RTA_DATA(o)),
+                            strnlen(static_cast<const char*>(RTA_DATA(o)), RTA_PAYLOAD(o)));
+          }
+          // tc names a filter's program "<name>:[<id>]" (or the object file's section for `tc ... obj`).
+          if (bpf && name.rfind(*prog + ":[", 0) == 0)
+            stale.push_back({t.tcm_handle, TC_H_MAJ(t.tcm_info) >> 16});
+        },
+        err);
+    if (!ok) return std::nullopt;
+    for (const auto& st : stale) {
+      LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = point);
+      LIBBPF_OPTS(bpf_tc_opts, o, .handle = st.handle, .priority = st.prio);
+      if (bpf_tc_detach(&hook, &o) == 0) ++removed;
+    }
+  }
+  return removed;
 }
 
 }  // namespace netprism::agent

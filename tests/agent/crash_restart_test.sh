@@ -4,6 +4,13 @@
 # the qdisc the crashed run added included (remembered by a marker in the spool directory).
 set -u
 agent=$1
+# --unprivileged: run the agent as the packaged unit does -- a non-root user with CAP_BPF, CAP_NET_ADMIN and
+# CAP_PERFMON only (no CAP_SYS_ADMIN, so it cannot read programs by id).
+wrap=()
+if [[ ${2:-} == --unprivileged ]]; then
+  wrap=(setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=+bpf,+net_admin,+perfmon
+        --ambient-caps=+bpf,+net_admin,+perfmon)
+fi
 if [[ $(id -u) != 0 ]]; then
   [[ ${CI:-} == true ]] && { echo "FAIL: needs root under CI"; exit 1; }
   echo "SKIP: needs root"; exit 0
@@ -11,6 +18,7 @@ fi
 sfx=$$$RANDOM
 ns=npcr$sfx; va=npcra${sfx:0:8}; vb=npcrb${sfx:0:8}
 tmp=$(mktemp -d /tmp/np-crash-XXXXXX)
+chmod 755 "$tmp"; mkdir -p "$tmp/spool" "$tmp/spool2"; chown 65534 "$tmp/spool" "$tmp/spool2"
 pid=
 cleanup() {
   [[ -n $pid ]] && kill -9 "$pid" 2>/dev/null
@@ -32,8 +40,8 @@ start() {
   local runs_before
   runs_before=$(grep -c "watching 1 interface" "$tmp/agent.log" 2>/dev/null)
   # `ip netns exec` execs the agent, so $! is the agent itself (a shell function here would add a subshell).
-  ip netns exec "$ns" "$agent" --aggregator tcp://127.0.0.1:7470 --node crash --iface "$va" \
-    --spool-dir "$tmp/spool" >>"$tmp/agent.log" 2>&1 &
+  ip netns exec "$ns" "${wrap[@]}" "$agent" --aggregator tcp://127.0.0.1:7470 --node crash --iface "$va" \
+    --spool-dir "$tmp/spool/s" >>"$tmp/agent.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do
     [[ $(grep -c "watching 1 interface" "$tmp/agent.log") -gt ${runs_before:-0} &&
@@ -45,8 +53,8 @@ start() {
 
 start || fail "first run did not attach"
 # A SIGTERM during start-up must still end in a clean shutdown (signals are blocked before attaching).
-ip netns exec "$ns" "$agent" --aggregator tcp://127.0.0.1:7470 --node early --iface "$vb" \
-  --spool-dir "$tmp/spool2" >>"$tmp/early.log" 2>&1 &
+ip netns exec "$ns" "${wrap[@]}" "$agent" --aggregator tcp://127.0.0.1:7470 --node early --iface "$vb" \
+  --spool-dir "$tmp/spool2/s" >>"$tmp/early.log" 2>&1 &
 early=$!
 # Once the process is in main() (its name is the agent's), a SIGTERM must lead to a clean exit.
 for _ in $(seq 200); do [[ $(cat /proc/$early/comm 2>/dev/null) == netprism-agent ]] && break; sleep 0.005; done

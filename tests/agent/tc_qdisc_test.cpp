@@ -34,7 +34,7 @@ struct DummyNs {
 };
 }  // namespace
 
-TEST(TcQdisc, RemovesOnlyAnUnusedClsact) {
+TEST(TcQdisc, RemovesOnlyAnUnusedClsactAndOnlyNamedStaleFilters) {
   NP_REQUIRE_ROOT();
   DummyNs d;
   ASSERT_TRUE(d.ok);
@@ -54,9 +54,15 @@ TEST(TcQdisc, RemovesOnlyAnUnusedClsact) {
            " sec tc da") != 0)
       _exit(14);
     if (clsact_filter_count(ifindex, err).value_or(0) == 0) _exit(15);
+    // Stale-filter removal goes by program name: someone else's filter is never touched.
+    if (remove_stale_filters(ifindex, "np_tc_ingress", "np_tc_egress", err) != std::optional<std::size_t>(0))
+      _exit(30);
+    if (clsact_filter_count(ifindex, err).value_or(0) == 0) _exit(31);
     if (remove_clsact_if_unused(ifindex, err)) _exit(16);  // someone's filter lives there: keep it
     if (has_clsact(ifindex, err) != std::optional<bool>(true)) _exit(17);
-    if (sh("tc filter del dev npdum0 ingress prio 7") != 0) _exit(18);
+    // tc names a filter loaded from an object "<file>:[<section>]"; libbpf's attach "<program>:[<id>]".
+    if (remove_stale_filters(ifindex, "baseline.bpf.o", "none", err) != std::optional<std::size_t>(1))
+      _exit(18);
     if (clsact_filter_count(ifindex, err) != std::optional<std::size_t>(0)) _exit(19);
     if (!remove_clsact_if_unused(ifindex, err)) _exit(20);
     if (has_clsact(ifindex, err) != std::optional<bool>(false)) _exit(21);
