@@ -136,6 +136,7 @@ class Agent {
   uint64_t base_gap_ns_ = 0, base_max_burst_ns_ = 0;
   int epfd_ = -1;
   int zmq_fd_watched_ = -1;
+  uint64_t zmq_gen_watched_ = 0;
 
   uint64_t next_idle_flush_ = 0, next_rdma_ = 0, next_rdma_ship_ = 0, next_qp_ = 0, next_clock_ = 0;
   uint64_t budget_window_start_ = 0, budget_cpu_start_ = 0, budget_records_start_ = 0;
@@ -392,9 +393,12 @@ void Agent::run_budget(uint64_t now) {
 
 void Agent::watch_zmq_fd() {
   int fd = delivery_->fd();
-  if (fd == zmq_fd_watched_) return;
+  uint64_t gen = delivery_->socket_generation();
+  if (fd == zmq_fd_watched_ && gen == zmq_gen_watched_) return;
+  // The old socket's fd is closed (and so left the epoll set) or still ours: DEL may fail, harmlessly.
   if (zmq_fd_watched_ >= 0) epoll_ctl(epfd_, EPOLL_CTL_DEL, zmq_fd_watched_, nullptr);
   zmq_fd_watched_ = -1;
+  zmq_gen_watched_ = gen;
   if (fd >= 0) {
     epoll_event ev{};
     ev.events = EPOLLIN;

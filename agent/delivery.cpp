@@ -32,6 +32,7 @@ uint64_t Delivery::pending_records() const {
 
 void Delivery::connect(uint64_t now) {
   sock_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::dealer);
+  ++generation_;
   // Everything unacknowledged is ours to resend, so nothing queued inside ZeroMQ is worth waiting for at
   // close: linger 0 keeps shutdown finite.
   sock_->set(zmq::sockopt::linger, 0);
