@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   agent::CheckInput ci;
   ci.ifaces = o.ifaces;
   ci.spool_dir = o.spool_dir;
+  ci.aggregator = o.aggregator;
   auto problems = agent::check_environment(ci);
   for (const auto& p : problems) std::cerr << prog << ": " << p << "\n";
   if (check) {

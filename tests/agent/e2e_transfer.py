@@ -248,6 +248,12 @@ try:
         if args.memory_bytes and args.outage and not c.get("spooled"):
             fail("the outage should have sent batches to the disk spool (spooled == 0)")
 
+    try:  # the agent's own cost over the run, for the record (not a pass/fail criterion)
+        fields = open(f"/proc/{agent.pid}/stat").read().rsplit(")", 1)[1].split()
+        cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        print(f"agent CPU time over the run: {cpu_s:.2f} s", flush=True)
+    except (OSError, IndexError, ValueError):
+        pass
     # SIGTERM: a clean exit that leaves nothing attached.
     agent.send_signal(signal.SIGTERM)
     try:
