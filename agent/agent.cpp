@@ -1,5 +1,6 @@
 #include "agent.hpp"
 
+#include <net/if.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
@@ -9,6 +10,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "clock.hpp"
@@ -22,6 +25,7 @@
 #include "rdma_sysfs.hpp"
 #include "rdma_verbs.hpp"
 #include "spool.hpp"
+#include "tc_qdisc.hpp"
 
 namespace netprism::agent {
 namespace {
@@ -99,6 +103,7 @@ class Agent {
   Counters counters() const;
   Hello make_hello();
   void watch_zmq_fd();
+  void release_probe();
 
   AgentOptions o_;
   std::string node_;
@@ -107,6 +112,15 @@ class Agent {
   uint64_t recalibrations_ = 0;
   uint64_t max_clock_step_ns_ = 0;
   std::unique_ptr<Probe> probe_;
+  mutable std::array<uint64_t, NP_CNT_MAX> last_probe_counters_{};
+  struct AddedQdisc {
+    int ifindex;
+    std::string marker;
+  };
+  std::vector<AddedQdisc> clsact_added_;  // interfaces whose clsact qdisc netprism added
+  std::string clsact_marker(const std::string& ifname) const {
+    return o_.spool_dir + "/.clsact-added-" + ifname;
+  }
   std::unique_ptr<Spool> spool_;
   zmq::context_t zctx_{1};
   std::unique_ptr<Delivery> delivery_;
@@ -122,6 +136,7 @@ class Agent {
   uint64_t base_gap_ns_ = 0, base_max_burst_ns_ = 0;
   int epfd_ = -1;
   int zmq_fd_watched_ = -1;
+  uint64_t zmq_gen_watched_ = 0;
 
   uint64_t next_idle_flush_ = 0, next_rdma_ = 0, next_rdma_ship_ = 0, next_qp_ = 0, next_clock_ = 0;
   uint64_t budget_window_start_ = 0, budget_cpu_start_ = 0, budget_records_start_ = 0;
@@ -147,10 +162,9 @@ Counters Agent::counters() const {
   c["unknown_node"] = d.unknown_node;
   c["reconnects"] = d.reconnects;
   c["rtt_us"] = d.rtt_ns / 1000;
-  if (probe_) {
-    auto pc = probe_->counters();
-    for (int i = 0; i < NP_CNT_MAX; ++i) c[probe_counter_name(i)] = pc[static_cast<std::size_t>(i)];
-  }
+  if (probe_) last_probe_counters_ = probe_->counters();  // kept for heartbeats after the probe is released
+  for (int i = 0; i < NP_CNT_MAX; ++i)
+    c[probe_counter_name(i)] = last_probe_counters_[static_cast<std::size_t>(i)];
   if (rdma_tracker_) {
     const auto& r = rdma_tracker_->stats();
     c["rdma_samples"] = r.samples;
@@ -220,13 +234,47 @@ bool Agent::setup(std::string& err) {
   po.gap_ns = o_.probe_gap_ns;
   po.max_burst_ns = o_.probe_max_burst_ns;
   for (const auto& a : agg) po.exclude.push_back({a.addr, a.port});
-  probe_ = Probe::open(po, err);
+  // The spool directory also holds the markers of clsact qdiscs this agent added (see release_probe()).
+  spool_ = std::make_unique<Spool>(o_.spool_dir, o_.spool_max_bytes);
+  if (!spool_->open(err)) return false;
+  probe_ = Probe::open(po, err);  // released (filters detached, our qdiscs removed) by release_probe()
   if (!probe_) {
     err = "cannot load the probe: " + err;
     return false;
   }
   AttachMode mode = o_.mode == "xdp" ? AttachMode::kXdp : AttachMode::kTc;
   for (const auto& i : o_.ifaces) {
+    if (mode == AttachMode::kTc) {
+      int ifindex = static_cast<int>(if_nametoindex(i.c_str()));
+      std::string qerr;
+      auto present = has_clsact(ifindex, qerr);
+      // A marker file records that we added the qdisc, so a run after a crash (whose tc filters and qdisc
+      // outlive it) still knows the qdisc is netprism's to remove.
+      std::string marker = clsact_marker(i);
+      if (!present) {
+        log_warn("cannot tell whether " + i + " already has a clsact qdisc (" + qerr +
+                 "); it will be left in place");
+      } else if (!*present) {
+        std::ofstream(marker) << ifindex << "\n";
+        clsact_added_.push_back({ifindex, marker});
+      } else if (std::filesystem::exists(marker)) {
+        log_info("the clsact qdisc on " + i + " was added by an earlier run that did not exit cleanly; " +
+                 "it is removed at exit like one added now");
+        clsact_added_.push_back({ifindex, marker});
+      }
+    }
+    if (mode == AttachMode::kTc) {
+      // Filters of a crashed run are found by program name and removed before attaching, so the probe
+      // attaches fresh even where it could not identify them itself (reading a program by id needs
+      // CAP_SYS_ADMIN, which the packaged unit does not grant).
+      std::string serr;
+      auto n = remove_stale_filters(static_cast<int>(if_nametoindex(i.c_str())), "np_tc_ingress",
+                                    "np_tc_egress", serr);
+      if (!n)
+        log_warn("cannot look for filters an earlier run left on " + i + ": " + serr);
+      else if (*n)
+        log_info("removed " + std::to_string(*n) + " tc filter(s) an earlier run of the agent left on " + i);
+    }
     if (!probe_->attach(i, mode, err)) {
       err = "cannot attach to " + i + ": " + err;
       return false;  // the Probe destructor detaches what was attached so far
@@ -237,8 +285,6 @@ bool Agent::setup(std::string& err) {
                            ? probe_->max_burst_ns()
                            : (o_.probe_max_burst_ns ? o_.probe_max_burst_ns : kFallbackMaxBurstNs);
 
-  spool_ = std::make_unique<Spool>(o_.spool_dir, o_.spool_max_bytes);
-  if (!spool_->open(err)) return false;
   batcher_ = std::make_unique<Batcher>(node_, epoch_, o_.batching);
   budget_ = std::make_unique<Budget>(o_.budget);
 
@@ -326,7 +372,7 @@ void Agent::apply_level() {
 void Agent::run_budget(uint64_t now) {
   if (now - budget_window_start_ < budget_->options().window_ns) return;
   uint64_t cpu = process_cpu_ns();
-  uint64_t recs = captured_;
+  uint64_t recs = batched_records_ + batcher_->records();  // every record produced: flowlets and RDMA
   int before = budget_->level().level;
   if (budget_->observe(cpu - budget_cpu_start_, recs - budget_records_start_, now - budget_window_start_)) {
     BudgetLevel l = budget_->level();
@@ -347,15 +393,35 @@ void Agent::run_budget(uint64_t now) {
 
 void Agent::watch_zmq_fd() {
   int fd = delivery_->fd();
-  if (fd == zmq_fd_watched_) return;
+  uint64_t gen = delivery_->socket_generation();
+  if (fd == zmq_fd_watched_ && gen == zmq_gen_watched_) return;
+  // The old socket's fd is closed (and so left the epoll set) or still ours: DEL may fail, harmlessly.
   if (zmq_fd_watched_ >= 0) epoll_ctl(epfd_, EPOLL_CTL_DEL, zmq_fd_watched_, nullptr);
   zmq_fd_watched_ = -1;
+  zmq_gen_watched_ = gen;
   if (fd >= 0) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u32 = 3;
     if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) == 0) zmq_fd_watched_ = fd;
   }
+}
+
+// Detaches the probe everywhere and removes the clsact qdiscs this run added, unless someone else's filters
+// now live under them.
+void Agent::release_probe() {
+  if (!probe_) return;
+  probe_->detach_all();
+  probe_.reset();
+  for (const auto& q : clsact_added_) {
+    std::string err;
+    if (remove_clsact_if_unused(q.ifindex, err))
+      std::filesystem::remove(q.marker);
+    else if (!err.empty())
+      log_warn("clsact qdisc on ifindex " + std::to_string(q.ifindex) + " left in place: " + err);
+    // Other filters under it: left in place with its marker, so a later run removes it once they are gone.
+  }
+  clsact_added_.clear();
 }
 
 void Agent::shutdown() {
@@ -367,25 +433,30 @@ void Agent::shutdown() {
   probe_->poll(sink);
   uint64_t now = mono_now_ns();
   if (rdma_tracker_) {
+    sample_rdma(now);  // one last reading, so the counters' movement up to the exit is reported
     std::vector<RdmaPortBurst> bursts;
     rdma_tracker_->flush(bursts);
     for (auto& b : bursts) batcher_->add(b, now);
   }
   seal_and_submit(now);
+  release_probe();
 }
 
 int Agent::run() {
-  std::string err;
-  if (!setup(err)) {
-    log_error(err);
-    return 1;
-  }
+  // Signals are blocked before anything is attached: a SIGTERM during start-up waits in the signalfd and
+  // leads to the normal clean shutdown instead of killing the process with filters attached.
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGINT);
   sigaddset(&mask, SIGTERM);
   sigprocmask(SIG_BLOCK, &mask, nullptr);
   Fd sfd(signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+  std::string err;
+  if (!setup(err)) {
+    log_error(err);
+    release_probe();
+    return 1;
+  }
   Fd tfd(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
   Fd ep(epoll_create1(EPOLL_CLOEXEC));
   if (sfd.get() < 0 || tfd.get() < 0 || ep.get() < 0) {
@@ -507,7 +578,6 @@ int Agent::run() {
            ", left in spool " + std::to_string(left) + " records (" + std::to_string(spool_->count()) +
            " batches), dropped " +
            std::to_string(spool_->stats().dropped_records + d.rejected_records + d.spool_error_records));
-  probe_.reset();
   return 0;
 }
 

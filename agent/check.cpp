@@ -7,6 +7,8 @@
 
 #include <filesystem>
 
+#include "netinfo.hpp"
+
 namespace netprism::agent {
 
 bool have_capability(int cap) {
@@ -52,6 +54,12 @@ std::vector<std::string> check_environment(const CheckInput& in) {
       out.push_back("spool directory " + in.spool_dir +
                     " cannot be created or written: create it (mkdir -p) "
                     "with write access for the agent, or pass --spool-dir");
+  }
+  if (!in.aggregator.empty()) {
+    std::vector<EndpointAddr> addrs;
+    std::string err;
+    if (!resolve_endpoint(in.aggregator, addrs, err))
+      out.push_back(err + ": pass --aggregator tcp://HOST:PORT (or set aggregator in the config)");
   }
   return out;
 }

@@ -11,6 +11,7 @@ struct CheckInput {
   std::vector<std::string> ifaces;
   std::string btf_path = "/sys/kernel/btf/vmlinux";
   std::string spool_dir;
+  std::string aggregator;  // checked for form and name resolution when set
 };
 
 // One line per problem; empty when the agent can run.

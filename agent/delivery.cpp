@@ -1,6 +1,7 @@
 #include "delivery.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include "clock.hpp"
 #include "log.hpp"
@@ -31,6 +32,7 @@ uint64_t Delivery::pending_records() const {
 
 void Delivery::connect(uint64_t now) {
   sock_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::dealer);
+  ++generation_;
   // Everything unacknowledged is ours to resend, so nothing queued inside ZeroMQ is worth waiting for at
   // close: linger 0 keeps shutdown finite.
   sock_->set(zmq::sockopt::linger, 0);
@@ -48,6 +50,22 @@ void Delivery::connect(uint64_t now) {
 
 void Delivery::send_hello(uint64_t now) {
   Hello h = hello_fn_();
+  // The aggregator places a batch only under a (node, epoch) it was introduced to. Batches of earlier runs
+  // (from the spool) carry their own epochs, so each of those is introduced first; the current epoch goes
+  // last, so the aggregator's view of the node ends on this run. Only the current HELLO's answer is awaited.
+  std::set<uint64_t> old;
+  const auto& idx = spool_.index();
+  for (auto it = idx.begin(); it != idx.end(); it = idx.lower_bound({it->first.epoch + 1, 0}))
+    if (it->first.epoch != h.epoch) old.insert(it->first.epoch);
+  for (const auto& [k, e] : mem_)
+    if (k.epoch != h.epoch) old.insert(k.epoch);
+  for (uint64_t e : old) {
+    Hello past = h;
+    past.epoch = e;
+    ++stats_.hellos;
+    send_raw(wire::encode(past));
+  }
+  hello_epoch_ = h.epoch;
   hello_sent_mono_ = now;
   hello_sent_real_ = h.sent_ns;
   ++stats_.hellos;
@@ -190,7 +208,8 @@ void Delivery::on_ack(const Ack& a, uint64_t now) {
   BatchKey k{a.epoch, a.seq};
   switch (a.status) {
     case AckStatus::kHelloOk: {
-      if (state_ != State::kHelloSent) return;  // a late answer to an earlier HELLO
+      // Answers to an earlier HELLO, or to the introduction of an earlier run's epoch, need no action.
+      if (state_ != State::kHelloSent || a.epoch != hello_epoch_) return;
       state_ = State::kReady;
       backoff_ns_ = opts_.backoff_min_ns;
       ++stats_.hello_oks;
@@ -224,7 +243,12 @@ void Delivery::on_ack(const Ack& a, uint64_t now) {
       send_hello(now);
       return;
     case AckStatus::kRejected: {
-      if (!inflight_.count(k) && !mem_.count(k) && !spool_.contains(k)) return;
+      if (!inflight_.count(k) && !mem_.count(k) && !spool_.contains(k)) {
+        // Not one of our batches: while waiting for the HELLO answer this is the answer (e.g. a version the
+        // aggregator refuses). Say why, and keep retrying with back-off -- the data stays ours meanwhile.
+        if (state_ == State::kHelloSent) reconnect(now, "aggregator rejected HELLO: " + a.reason);
+        return;
+      }
       uint32_t records = records_of(k);
       ++stats_.rejected_batches;
       stats_.rejected_records += records;

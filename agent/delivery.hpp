@@ -75,6 +75,9 @@ class Delivery {
   void service(uint64_t now);
   // Readable when the socket may have something (ZMQ_FD semantics: check again after every service()).
   int fd() const;
+  // Changes whenever the socket is re-created (its fd number may be reused, so the number alone is not
+  // enough).
+  uint64_t socket_generation() const { return generation_; }
 
   bool ready() const { return state_ == State::kReady; }
   bool idle() const { return mem_.empty() && spool_.count() == 0; }
@@ -114,6 +117,8 @@ class Delivery {
   State state_ = State::kBackoff;
   uint64_t next_attempt_ns_ = 0;
   uint64_t backoff_ns_ = 0;
+  uint64_t generation_ = 0;
+  uint64_t hello_epoch_ = 0;
   uint64_t hello_sent_mono_ = 0;
   uint64_t hello_sent_real_ = 0;
   uint64_t last_send_ns_ = 0;

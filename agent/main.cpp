@@ -1,5 +1,6 @@
 // netprism-agent: loads the probe on the node's interfaces, reads RDMA state, and ships flow records to the
 // aggregator with no loss. Flags override the TOML config file (/etc/netprism/agent.toml when it exists).
+#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -16,6 +17,13 @@
 
 int main(int argc, char** argv) {
   using namespace netprism;
+  // SIGINT/SIGTERM are taken through a signalfd by the agent loop; blocking them first thing means one that
+  // arrives during start-up is held until the loop can shut down cleanly (nothing attached is left behind).
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
   CLI::App app{"netprism-agent: watches a node's training traffic and ships flow records to the aggregator",
                "netprism-agent"};
   cli::standard_flags(app);
@@ -28,7 +36,7 @@ int main(int argc, char** argv) {
   app.add_option("--mode", o.mode, "attach mode: tc (ingress+egress, default) or xdp (ingress)")
       ->check(CLI::IsMember({"tc", "xdp"}));
   app.add_option("--spool-dir", o.spool_dir,
-                 "where unacknowledged batches wait (default /var/lib/netprism/spool)");
+                 "where unacknowledged batches wait (default /var/lib/netprism/agent/spool)");
   app.add_option("--rdma-sysfs", o.rdma_sysfs, "RDMA sysfs root (default /sys/class/infiniband)");
   app.add_option("--config", config_path, "TOML config file (default /etc/netprism/agent.toml if it exists)");
   app.add_flag("--check", check,
@@ -58,6 +66,7 @@ int main(int argc, char** argv) {
   agent::CheckInput ci;
   ci.ifaces = o.ifaces;
   ci.spool_dir = o.spool_dir;
+  ci.aggregator = o.aggregator;
   auto problems = agent::check_environment(ci);
   for (const auto& p : problems) std::cerr << prog << ": " << p << "\n";
   if (check) {

@@ -19,7 +19,9 @@ struct AgentOptions {
   std::string node;  // empty: host name
   std::vector<std::string> ifaces;
   std::string mode = "tc";
-  std::string spool_dir = "/var/lib/netprism/spool";
+  // Inside the packaged unit's StateDirectory (netprism/agent): the only place ProtectSystem=strict lets it
+  // write.
+  std::string spool_dir = "/var/lib/netprism/agent/spool";
   std::string rdma_sysfs = "/sys/class/infiniband";
 
   BatcherOptions batching;

@@ -26,6 +26,9 @@ out=$("$agent" --check --iface lo --iface np-nosuch$$ --spool-dir "$tmp/spool" 2
 out=$("$agent" --check --spool-dir "$tmp/spool" 2>&1); rc=$?
 [[ $rc == 2 && $out == *"--iface"* ]] || fail "--check without interfaces: rc $rc, $out"
 
+out=$("$agent" --check --iface lo --spool-dir "$tmp/spool" --aggregator tcp://127.0.0.1 2>&1); rc=$?
+[[ $rc == 2 && $out == *"no port"* && $(grep -c . <<<"$out") == 1 ]] || fail "endpoint without port: rc $rc, $out"
+
 # Without privileges: one line per missing capability, each naming it.
 out=$(setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all "$agent" --check --iface lo \
       --spool-dir "$tmp/spool" 2>&1); rc=$?

@@ -13,90 +13,14 @@
 #include "agent/test_util.hpp"
 #include "clock.hpp"
 #include "netprism/wire.hpp"
+#include "agent/test_aggregator.hpp"
 
 using namespace netprism;
 using namespace netprism::agent;
 using netprism::test::TempDir;
+using netprism::test::TestAggregator;
 
 namespace {
-
-class TestAggregator {
- public:
-  explicit TestAggregator(zmq::context_t& ctx, std::string endpoint = "tcp://127.0.0.1:*") : ctx_(ctx) {
-    bind(endpoint);
-  }
-  void bind(const std::string& endpoint) {
-    sock_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::router);
-    sock_->set(zmq::sockopt::linger, 0);
-    sock_->bind(endpoint);
-    endpoint_ = sock_->get(zmq::sockopt::last_endpoint);
-  }
-  void close() { sock_.reset(); }  // like a SIGKILL: the socket vanishes, its queues with it
-  const std::string& endpoint() const { return endpoint_; }
-
-  // Answers everything that arrives within `ms`.
-  void pump(int ms) {
-    if (!sock_) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-      return;
-    }
-    zmq::pollitem_t it{sock_->handle(), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&it, 1, std::chrono::milliseconds(ms));
-    for (;;) {
-      zmq::message_t id, msg;
-      if (!sock_->recv(id, zmq::recv_flags::dontwait)) return;
-      do {
-        (void)sock_->recv(msg);  // the rest of a multipart message is already here
-      } while (msg.more());
-      auto d = wire::decode(std::string_view(static_cast<const char*>(msg.data()), msg.size()));
-      ASSERT_TRUE(d) << d.error;
-      Ack a;
-      a.server_ns = real_now_ns();
-      if (d.message->type == MsgType::kHello) {
-        const auto& h = std::get<Hello>(d.message->body);
-        ++hellos;
-        known.insert(h.node);
-        a.epoch = h.epoch;
-        a.status = AckStatus::kHelloOk;
-      } else if (d.message->type == MsgType::kBatch) {
-        const auto& b = std::get<Batch>(d.message->body);
-        ++batches_received;
-        a.epoch = b.epoch;
-        a.seq = b.seq;
-        if (silent) continue;
-        if (!known.count(b.node)) {
-          a.status = AckStatus::kUnknownNode;
-        } else if (reject_seq && *reject_seq == b.seq) {
-          a.status = AckStatus::kRejected;
-          a.reason = "test rejects this one";
-        } else if (stored.insert({b.epoch, b.seq}).second) {
-          a.status = AckStatus::kOk;
-          records += b.flowlets.size();
-        } else {
-          a.status = AckStatus::kDuplicate;
-        }
-      } else {
-        ++heartbeats;
-        continue;  // heartbeats are not answered
-      }
-      if (silent) continue;
-      std::string out = wire::encode(a);
-      sock_->send(id, zmq::send_flags::sndmore);
-      sock_->send(zmq::buffer(out));
-    }
-  }
-
-  std::set<std::pair<uint64_t, uint64_t>> stored;
-  std::set<std::string> known;
-  uint64_t records = 0, hellos = 0, heartbeats = 0, batches_received = 0;
-  bool silent = false;
-  std::optional<uint64_t> reject_seq;
-
- private:
-  zmq::context_t& ctx_;
-  std::unique_ptr<zmq::socket_t> sock_;
-  std::string endpoint_;
-};
 
 Batch make_batch(uint64_t epoch, uint64_t seq, std::size_t n) {
   Batch b;
@@ -306,4 +230,22 @@ TEST(Delivery, SpooledBatchesFromAnEarlierRunAreResent) {
   EXPECT_TRUE(d.idle());
   EXPECT_EQ(agg.stored.size(), 6u);
   EXPECT_EQ(agg.records, 18u);
+  // The earlier run's epoch was introduced before the current one, which came last.
+  ASSERT_GE(agg.hello_epochs.size(), 2u);
+  EXPECT_EQ(agg.hello_epochs.front(), 1u);
+  EXPECT_EQ(agg.hello_epochs.back(), 2u);
+}
+
+TEST(Delivery, RejectedHelloIsRetriedWithBackoffKeepingTheData) {
+  Fixture f(fast());
+  f.agg.reject_hello = true;
+  for (uint64_t i = 0; i < 3; ++i) f.submit(i);
+  f.run_for(400);
+  EXPECT_FALSE(f.d->ready());
+  EXPECT_GE(f.d->stats().reconnects, 2u);
+  EXPECT_GE(f.agg.hellos, 2u);
+  EXPECT_EQ(f.d->pending_batches(), 3u);
+  f.agg.reject_hello = false;  // e.g. the aggregator was upgraded
+  ASSERT_TRUE(f.run_until([&] { return f.d->idle(); }));
+  EXPECT_EQ(f.agg.stored.size(), 3u);
 }

@@ -1,6 +1,10 @@
 #include "options.hpp"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
+
+#include "netinfo.hpp"
 
 using namespace netprism;
 using namespace netprism::agent;
@@ -46,4 +50,31 @@ TEST(AgentOptions, BadFileNamesTheKey) {
   EXPECT_NE(apply_config(r.values, {}, o).find("batching.max_records"), std::string::npos);
   o.mode = "ebpf";
   EXPECT_NE(validate(o).find("mode"), std::string::npos);
+}
+
+TEST(NetInfo, AggregatorEndpointResolvesForTheExclusionList) {
+  std::vector<EndpointAddr> out;
+  std::string err;
+  ASSERT_TRUE(resolve_endpoint("tcp://127.0.0.1:7470", out, err)) << err;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(format_addr(out[0].addr.data()), "127.0.0.1");
+  EXPECT_EQ(out[0].port, 7470);
+  ASSERT_TRUE(resolve_endpoint("tcp://[fd00::7]:9", out, err)) << err;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(format_addr(out[0].addr.data()), "fd00::7");
+  EXPECT_TRUE(resolve_endpoint("ipc:///run/netprism.sock", out, err));  // no network traffic to exclude
+  EXPECT_TRUE(out.empty());
+  EXPECT_FALSE(resolve_endpoint("tcp://127.0.0.1", out, err));
+  EXPECT_NE(err.find("port"), std::string::npos) << err;
+  EXPECT_FALSE(resolve_endpoint("tcp://127.0.0.1:99999", out, err));
+  EXPECT_FALSE(resolve_endpoint("127.0.0.1:7470", out, err));
+  EXPECT_NE(err.find("transport"), std::string::npos) << err;
+}
+
+TEST(NetInfo, InterfaceAddressesForHello) {
+  auto info = interface_info({"lo"});
+  ASSERT_EQ(info.size(), 1u);
+  EXPECT_EQ(info[0].name, "lo");
+  EXPECT_GT(info[0].ifindex, 0u);
+  EXPECT_NE(std::find(info[0].addrs.begin(), info[0].addrs.end(), "127.0.0.1"), info[0].addrs.end());
 }
