@@ -1,6 +1,7 @@
 // netprism-aggregator: central ingest, storage and analysis daemon.
 // Three threads: ingest (ROUTER, the store's only batch writer), live analysis, query endpoint (REP).
 // SIGINT/SIGTERM stop them in order; every socket has a finite linger so shutdown cannot hang.
+#include <malloc.h>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -23,6 +24,12 @@ using namespace netprism;
 int main(int argc, char** argv) {
   daemon::Settings s;
   if (auto rc = daemon::parse_settings(argc, argv, s)) return *rc;
+
+  // Ingest allocates and frees the same working set for every group (received frames, decoded batches,
+  // msgpack zones). glibc would hand large freed blocks back to the kernel and fault them in again, which
+  // showed up as ~15 % of ingest time in page faults; keep up to 256 MiB of freed heap instead.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
 
   // Block the stop signals in every thread; main waits for them with sigwait.
   sigset_t sigs;
@@ -50,8 +57,13 @@ int main(int argc, char** argv) {
       store::save_own_traffic(boot, own);
       auto nodes = boot.nodes();
       reg.load(nodes, boot.epochs());
+      uint64_t batches = boot.batch_count(), bytes = boot.stored_bytes();
+      reg.with_counters([&](daemon::IngestCounters& c) {
+        c.store_batches = batches;
+        c.store_bytes = bytes;
+      });
       daemon::log_line("store " + store::Store::resolve(s.data_dir) + ": " + std::to_string(nodes.size()) +
-                       " registered nodes, " + std::to_string(boot.batch_count()) + " batches");
+                       " registered nodes, " + std::to_string(batches) + " batches");
     }
     daemon::LiveAnalysis live(s, own, [&reg] { return reg.addr_nodes(); });
     daemon::Ingest ingest(ctx, s, reg, live);

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <stop_token>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "analysis.hpp"
@@ -51,14 +52,17 @@ class LiveAnalysis {
   AddrNodes addr_nodes_;
 
   mutable std::mutex mu_;
-  std::vector<std::pair<std::string, Flowlet>> pending_;  // fed, not yet in the window
+  // Fed, not yet in the window: whole batches moved in (O(1) per batch on the ingest thread).
+  std::vector<std::pair<std::string, std::vector<Flowlet>>> pending_;
+  std::size_t pending_events_ = 0;
   uint64_t dropped_ = 0;
   std::shared_ptr<const Snapshot> latest_;
 
   // Owned by the analysis thread.
   analysis::Input window_;
-  std::map<std::string, analysis::Job> retained_;     // jobs from earlier passes / the store
-  std::map<std::string, std::string> persisted_doc_;  // id -> last JSON written, to write only changes
+  std::map<std::string, analysis::Job> retained_;           // jobs from earlier passes / the store
+  std::map<std::string, std::string> persisted_doc_;        // id -> last JSON written, to write only changes
+  std::unordered_map<std::string, std::string> addr_text_;  // 16-byte address -> text (formatting is costly)
 };
 
 }  // namespace netprism::daemon

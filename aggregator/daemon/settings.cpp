@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <functional>
+#include <thread>
 #include <vector>
 
 #include "netprism/cli.hpp"
@@ -39,7 +41,9 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
       {"--analysis-max-events", &s.analysis_max_events, "memory bound of the analysis window"},
       {"--connected-timeout-s", &s.connected_timeout_s, "agent counts as connected if heard within this"},
       {"--zstd-level", &s.zstd_level, "compression level of stored batches"},
-      {"--max-message-bytes", &s.max_message_bytes, "largest agent message accepted"}};
+      {"--max-message-bytes", &s.max_message_bytes, "largest agent message accepted"},
+      {"--ingest-threads", &s.ingest_threads,
+       "threads decoding/compressing batches (0: one per core, max 4)"}};
   std::vector<std::pair<CLI::Option*, std::function<bool(const config::Values&)>>> from_file;
   config::Schema schema;
   for (auto& o : strs) {
@@ -91,6 +95,8 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
     return cli::kExitUsage;
   }
   if (s.analysis_interval_ms == 0) s.analysis_interval_ms = 1;
+  if (s.ingest_threads == 0)
+    s.ingest_threads = std::clamp<int64_t>(static_cast<int64_t>(std::thread::hardware_concurrency()), 1, 4);
   return std::nullopt;
 }
 

@@ -244,6 +244,54 @@ TEST_F(AggregatorTest, RegistrationsAndBatchesSurviveRestart) {
   EXPECT_EQ(st["agents"][0]["interfaces"][0]["addrs"][0], "10.213.5.1");
 }
 
+// Retention by age and by size (applied at start-up, then every 30 s).
+TEST_F(AggregatorTest, RetentionByAgeAndSize) {
+  {
+    TestSender s(ctx_, proc_->listen());
+    ASSERT_EQ(s.hello("r", 1)->status, AckStatus::kHelloOk);
+    Batch old = one_batch("r", 1, 0);
+    old.flowlets[0].first_ns -= 7200ull * 1000000000ull;  // two hours ago
+    old.flowlets[0].last_ns -= 7200ull * 1000000000ull;
+    ASSERT_EQ(s.batch(old)->status, AckStatus::kOk);
+    for (uint64_t seq = 1; seq <= 10; ++seq) {
+      Batch b = one_batch("r", 1, seq, static_cast<uint16_t>(40000 + seq));
+      b.flowlets[0].first_ns += seq * 1000000;  // distinct, increasing times
+      b.flowlets[0].last_ns += seq * 1000000;
+      ASSERT_EQ(s.batch(b)->status, AckStatus::kOk);
+    }
+  }
+  auto st = status();
+  ASSERT_EQ(st["store"]["batches"], 11);
+  uint64_t bytes = st["store"]["compressed_bytes"];
+  proc_.reset();
+  proc_ = std::make_unique<AggregatorProcess>(NETPRISM_AGGREGATOR_BIN, dir_, listen_port_, query_port_,
+                                              std::vector<std::string>{"--retention-age-s", "3600"});
+  ASSERT_TRUE(proc_->wait_ready(ctx_));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  st = status();
+  EXPECT_EQ(st["store"]["batches"], 10) << "the two-hour-old batch should be gone";
+  EXPECT_EQ(st["ingest"]["retention_deleted_batches"], 1);
+  // Size: keep about half of what is there; the oldest go first.
+  proc_.reset();
+  proc_ = std::make_unique<AggregatorProcess>(
+      NETPRISM_AGGREGATOR_BIN, dir_, listen_port_, query_port_,
+      std::vector<std::string>{"--retention-bytes", std::to_string(bytes / 2)});
+  ASSERT_TRUE(proc_->wait_ready(ctx_));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  st = status();
+  EXPECT_LE(st["store"]["compressed_bytes"].get<uint64_t>(), bytes / 2);
+  EXPECT_GE(st["store"]["batches"].get<uint64_t>(), 1u);
+  auto flows = proc_->query(ctx_, {{"cmd", "flows"}});
+  ASSERT_TRUE(flows);
+  uint64_t newest_kept = 0, oldest_kept = UINT64_MAX;
+  for (const auto& f : (*flows)["result"]["flows"]) {
+    newest_kept = std::max<uint64_t>(newest_kept, f["src_port"].get<uint64_t>());
+    oldest_kept = std::min<uint64_t>(oldest_kept, f["src_port"].get<uint64_t>());
+  }
+  EXPECT_EQ(newest_kept, 40010u) << "the newest batch must survive the size bound";
+  EXPECT_GT(oldest_kept, 40001u) << "the oldest batches go first";
+}
+
 // kill -9 during ingest, restart: every acknowledged batch is present exactly once.
 TEST_F(AggregatorTest, KillNineDuringIngestLosesNothingAcknowledged) {
   std::set<uint64_t> acked;
