@@ -16,7 +16,6 @@ State of a run is kept in /run/netprism-testbed/<id>.json so that `teardown` can
 started (tcpdump, agents) even when the driver died.
 """
 import argparse
-import ipaddress
 import json
 import os
 import random

@@ -434,6 +434,17 @@ def score(manifest, truth, doc, out=sys.stdout, grace=0):
         for fd in false_pos:
             p(f"  false positive   {fd.get('kind')} {fd.get('subject')} (iteration {fd.get('first_iteration')}):"
               f" {str(fd.get('evidence', ''))[:80]}")
+        hang_t = t.hang["time"] if t.hang else None
+        if hang_t and j and doc.get("events"):
+            seen = [e["time"] for e in doc["events"] if e["what"][:3] == ["state", j.get("id"), "hung"]]
+            bound = max(3 * (t.step or 0), 2.0) + 2.0
+            lat = (min(seen) - hang_t) if seen else None
+            r["hang_report_latency_s"] = lat
+            p("  hang reported    " + (f"{lat:.2f}s after the rank stopped (bound max(3 x step, 2 s) + 2 s = "
+                                        f"{bound:.2f}s): {'ok' if lat <= bound else 'LATE'}" if seen else
+                                        "never (state never became hung while polled)"))
+            if not seen or lat > bound:
+                f_ok = False
         for fd in tolerated:
             p(f"  explained        {fd.get('kind')} {fd.get('subject')} at iteration "
               f"{t.iteration_at(fd['start_ns'] / 1e9)} (within an injected fault or pause; not a false positive)")
