@@ -231,21 +231,24 @@ class Cluster:
 RUN_NAME = re.compile(r"^(np[0-9a-f]{5})(br|h\d+|n\d+)$")
 
 
-def leftovers():
-    """Run ids that still have state files, namespaces or links on this host."""
+def leftovers(by_name=False):
+    """Run ids with a state file on this host: every run writes its state before creating anything and
+    removes it last, so a run killed at any point leaves one. by_name adds ids found only by the shape of
+    namespace and link names (after /run was cleared): use with care, other tools' names could match."""
     ids = set()
     if os.path.isdir(STATE_DIR):
         ids |= {f[:-5] for f in os.listdir(STATE_DIR) if f.endswith(".json")}
-    names = [l.split()[0] for l in (sh("ip", "netns", "list", capture=True, check=False) or "").splitlines()
-             if l.split()]
-    for line in (sh("ip", "-o", "link", "show", capture=True, check=False) or "").splitlines():
-        parts = line.split(":")
-        if len(parts) > 1:
-            names.append(parts[1].strip().split("@")[0])
-    for name in names:
-        m = RUN_NAME.match(name)
-        if m:
-            ids.add(m.group(1))
+    if by_name:
+        names = [l.split()[0] for l in (sh("ip", "netns", "list", capture=True, check=False) or "").splitlines()
+                 if l.split()]
+        for line in (sh("ip", "-o", "link", "show", capture=True, check=False) or "").splitlines():
+            parts = line.split(":")
+            if len(parts) > 1:
+                names.append(parts[1].strip().split("@")[0])
+        for name in names:
+            m = RUN_NAME.match(name)
+            if m:
+                ids.add(m.group(1))
     return sorted(ids)
 
 

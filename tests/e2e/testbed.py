@@ -272,6 +272,8 @@ def cmd_run(a):
                         argv += ["--pause-at", str(f["at"]), "--pause-seconds", str(f["seconds"])]
                 env = dict(os.environ, GLOO_SOCKET_IFNAME=c.veth(k), OMP_NUM_THREADS="1")
                 log = open(os.path.join(out, "logs", f"{j['name']}.rank{r}.log"), "w")
+                if a.nice:
+                    argv = ["nice", "-n", str(a.nice)] + argv
                 procs.append((j, r, c.popen(k, argv, env=env, stdout=log, stderr=subprocess.STDOUT)))
 
         t_train = time.time()
@@ -463,6 +465,10 @@ def main(argv=None):
         r.add_argument("--aggregator-bin", help="netprism-aggregator binary (default build/aggregator/...)")
         r.add_argument("--netprism", help="netprism CLI binary (default build/aggregator/netprism)")
         r.add_argument("--settle", type=float, default=3.0, help="live: seconds to wait after the end")
+        r.add_argument("--nice", type=int, default=-5,
+                       help="scheduling niceness of the ranks (default -5): they mostly wait on emulated GPU "
+                            "kernels and use little CPU, but when they wake they should not queue behind "
+                            "unrelated builds on the shared cores; that queueing is noise, not the job's timing")
         r.add_argument("--tail", type=float, default=1.0, help="seconds captured after the last job ended")
         r.add_argument("--timeout", type=float, default=600, help="give up after this many seconds of training")
     cv = sub.add_parser("convert", help="rebuild DIR/flows.csv from DIR/pcap")
