@@ -65,6 +65,7 @@ class Cluster:
         self.n = n_nodes
         self.octet = octet
         self.pids = []  # processes to kill at teardown (tcpdump, agents, trainers)
+        self.extra = {}  # e.g. "live": endpoints of an agent/aggregator stack started with the cluster
 
     # --- names -------------------------------------------------------------------------------------------
     @property
@@ -112,7 +113,7 @@ class Cluster:
             json.dump({"run_id": self.run_id, "n": self.n, "octet": self.octet, "pids": self.pids,
                        "nodes": {self.node(k): {"ns": self.ns(k), "veth": self.veth(k), "host_veth":
                                                 self.host_veth(k), "ip": self.ip(k)} for k in range(self.n)},
-                       "bridge": self.bridge, "host_ip": self.host_ip}, f, indent=1)
+                       "bridge": self.bridge, "host_ip": self.host_ip, "extra": self.extra}, f, indent=1)
         os.replace(tmp, self.state_path())
 
     @classmethod
@@ -121,6 +122,7 @@ class Cluster:
             st = json.load(f)
         c = cls(st["run_id"], st["n"], st["octet"])
         c.pids = st.get("pids", [])
+        c.extra = st.get("extra", {})
         return c
 
     def track(self, pid):

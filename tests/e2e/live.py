@@ -33,6 +33,7 @@ class LiveStack:
         self.query = f"tcp://127.0.0.1:{port + 1}"
         self.agg_proc = None
         self.agents = {}
+        self.attached = False
         self.events = []  # (time, what) observed while polling
 
     def cli(self, *args, timeout=15):
@@ -42,12 +43,23 @@ class LiveStack:
             raise RuntimeError(f"netprism {' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
         return json.loads(r.stdout)
 
-    def start(self, timeout=30):
+    @classmethod
+    def attach(cls, cluster, out):
+        """The stack an `up --live` cluster already runs (left running at the end)."""
+        live = cluster.extra["live"]
+        s = cls(cluster, out, netprism=live.get("netprism"))
+        s.ingest, s.query, s.attached = live["ingest"], live["query"], True
+        return s
+
+    def start(self, timeout=30, detach=False):
+        """detach: the processes outlive this driver (`up --live`); they are recorded in the cluster's state
+        and ended by its teardown."""
         data = os.path.join(self.out, "live", "aggregator")
         os.makedirs(data, exist_ok=True)
         log = open(os.path.join(self.out, "logs", "aggregator.log"), "w")
         self.agg_proc = subprocess.Popen([self.aggregator, "--listen", self.ingest, "--query", self.query,
-                                          "--data-dir", data], stdout=log, stderr=subprocess.STDOUT)
+                                          "--data-dir", data], stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=detach)
         self.c.track(self.agg_proc.pid)
         for k in range(self.c.n):
             node = self.c.node(k)
@@ -56,7 +68,7 @@ class LiveStack:
             alog = open(os.path.join(self.out, "logs", f"agent.{node}.log"), "w")
             self.agents[node] = self.c.popen(k, [self.agent, "--aggregator", self.ingest, "--node", node, "--iface",
                                                  self.c.veth(k), "--spool-dir", spool],
-                                             stdout=alog, stderr=subprocess.STDOUT)
+                                             stdout=alog, stderr=subprocess.STDOUT, start_new_session=detach)
         deadline = time.time() + timeout
         last = None
         while time.time() < deadline:
@@ -69,6 +81,9 @@ class LiveStack:
                 st = self.cli("status", timeout=12)
                 up = {a["node"] for a in st.get("agents", []) if a.get("connected")}
                 if up >= set(self.agents):
+                    self.c.extra["live"] = {"ingest": self.ingest, "query": self.query, "netprism": self.netprism,
+                                            "data": os.path.dirname(data)}
+                    self.c.save()
                     return
                 last = f"connected: {sorted(up)}"
             except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as e:
@@ -100,7 +115,29 @@ class LiveStack:
         return {"jobs": jobs, "status": self.cli("status"),
                 "events": [{"time": t, "what": list(w)} for t, w in self.events]}
 
+    def view(self):
+        """The CLI's human-readable view of every job, as a person would ask for it."""
+        lines = []
+
+        def run(*args):
+            r = subprocess.run([self.netprism, "--aggregator", self.query] + list(args), text=True,
+                               capture_output=True, timeout=15)
+            lines.append(f"$ netprism {' '.join(args)}")
+            lines.append((r.stdout + r.stderr).rstrip())
+
+        run("jobs")
+        try:
+            ids = [j["id"] for j in self.cli("jobs").get("jobs", [])]
+        except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError):
+            ids = []
+        for i in ids:
+            for cmd in ("job", "timeline", "diagnose"):
+                run(cmd, i)
+        return "\n".join(lines)
+
     def stop(self):
+        if self.attached:
+            return
         for p in list(self.agents.values()) + ([self.agg_proc] if self.agg_proc else []):
             if p.poll() is None:
                 p.terminate()

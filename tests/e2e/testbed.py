@@ -228,7 +228,10 @@ def cmd_run(a):
             if f["kind"] == "slowlink" and f["from"] == 0:
                 c.slow_link(int(f["node"][1:]), f["rate"], f["burst"])
                 f["applied_at"] = time.time()
-        if a.live:
+        if not own and "live" in c.extra:
+            stack = lv.LiveStack.attach(c, out)
+            manifest["live"] = {"ingest": stack.ingest, "query": stack.query}
+        elif a.live:
             stack = lv.LiveStack(c, out, a.agent, a.aggregator_bin, a.netprism)
             stack.start()
             print(f"testbed: live: {c.n} agents connected to {stack.ingest}; query {stack.query}", flush=True)
@@ -334,6 +337,10 @@ def cmd_run(a):
             with open(os.path.join(out, "live.json"), "w") as f:
                 json.dump(stack.snapshot(), f, indent=1)
             manifest["live"]["snapshot_at"] = time.time()
+            view = stack.view()
+            with open(os.path.join(out, "live_view.txt"), "w") as f:
+                f.write(view + "\n")
+            print(view, flush=True)
         # Stop the capture first: a hung job's connections must still be open in the recording.
         stats = {}
         for k, p in tcpdumps.items():
@@ -407,6 +414,19 @@ def cmd_up(a):
     print(c.run_id)
     for k in range(c.n):
         print(f"{c.node(k)} ns={c.ns(k)} iface={c.veth(k)} ip={c.ip(k)}")
+    if a.live:
+        out = a.data or os.path.join("/tmp", f"netprism-testbed-{c.run_id}")
+        os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+        try:
+            s = lv.LiveStack(c, out, a.agent, a.aggregator_bin, a.netprism)
+            s.start(detach=True)
+        except BaseException:
+            c.teardown()
+            raise
+        print(f"live: agents on every node, aggregator {s.ingest}; query with\n"
+              f"  {s.netprism} --aggregator {s.query} jobs\n"
+              f"run jobs with: scripts/testbed run --cluster {c.run_id} ... --out DIR; logs in {out}/logs")
+    print(f"remove with: scripts/testbed down {c.run_id}")
     return 0
 
 
@@ -433,6 +453,11 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="create a cluster and leave it up")
     up.add_argument("--nodes", type=int, required=True)
+    up.add_argument("--live", action="store_true", help="start agents + aggregator that stay up until `down`")
+    up.add_argument("--data", help="live: directory for the aggregator's data and logs")
+    up.add_argument("--agent")
+    up.add_argument("--aggregator-bin")
+    up.add_argument("--netprism")
     dn = sub.add_parser("down", help="remove clusters by run id, or every leftover with --all")
     dn.add_argument("run_id", nargs="*")
     dn.add_argument("--all", action="store_true")
