@@ -330,8 +330,8 @@ std::vector<Finding> diagnose(const Normalized& n, const JobSlice& job, const St
                  ms(step) + ", threshold max(2 steps, 1.5 s)) while its connections stay open";
     if (n.offline) {
       f.severity = 1;
-      f.evidence = "the recording's periodic traffic stops after " + std::to_string(iters) + " iterations (step " +
-                   ms(step) + ") without the connections being torn down";
+      f.evidence = "the recording's periodic traffic stops after " + std::to_string(iters) +
+                   " iterations (step " + ms(step) + ") without the connections being torn down";
     }
     if (f.subject != job_id)
       f.evidence += "; " + f.subject + " sent last at " + std::to_string(order[0].first) + ", " +
