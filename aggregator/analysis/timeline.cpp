@@ -8,6 +8,8 @@
 // Without data parallelism the boundary is the start of the first activation the first stage sends after
 // all the previous iteration's micro-batches returned (outstanding activation volume back to zero).
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <map>
 #include <set>
@@ -50,11 +52,6 @@ constexpr double kGapClassRatio = 4.0;
 // Leading boundaries that make an iteration shorter than half the median come from starting to watch in the
 // middle of an iteration; they are dropped (a real iteration never runs at twice the speed of its peers).
 constexpr double kShortLeadingIteration = 0.5;
-
-struct Cluster {
-  uint64_t start = 0, end = 0;
-  bool full = false;
-};
 
 // Otsu split of log-gaps; returns the threshold (ns) above which a gap separates iterations.
 double inter_gap_threshold(std::vector<double> gaps) {
@@ -102,38 +99,36 @@ std::vector<uint64_t> sync_ends(const JobSlice& job, const Structure& s, int gro
     if (static_cast<double>(b) >= kSignificantDirection * static_cast<double>(top))
       dir_idx.emplace(k, dir_idx.size());
 
-  std::vector<Cluster> cl;
-  std::vector<char> seen(dir_idx.size(), 0);
-  size_t covered = 0;
-  auto close = [&]() {
-    cl.back().full = covered == dir_idx.size();
-    std::fill(seen.begin(), seen.end(), 0);
-    covered = 0;
+  // Bursts: transfers within 1 ms of each other. Each remembers which significant directions it used.
+  struct Burst {
+    uint64_t start, end;
+    std::vector<char> used;
   };
+  std::vector<Burst> cl;
   for (const Xfer* x : xs) {
-    if (cl.empty() || x->t0 > cl.back().end + kClusterGapNs) {
-      if (!cl.empty()) close();
-      cl.push_back({x->t0, x->t1, false});
-    }
+    if (cl.empty() || x->t0 > cl.back().end + kClusterGapNs)
+      cl.push_back({x->t0, x->t1, std::vector<char>(dir_idx.size(), 0)});
     cl.back().end = std::max(cl.back().end, x->t1);
     auto it = dir_idx.find({x->src, x->dst});
-    if (it != dir_idx.end() && !seen[it->second]) {
-      seen[it->second] = 1;
-      ++covered;
-    }
+    if (it != dir_idx.end()) cl.back().used[it->second] = 1;
   }
-  close();
-
+  // Synchronisations: bursts joined across the short gaps (inside one all-reduce) as opposed to the long
+  // ones (compute between iterations); a synchronisation counts when it used every significant direction.
   std::vector<double> gaps;
-  for (size_t i = 0; i + 1 < cl.size(); ++i)
-    if (cl[i].full) gaps.push_back(static_cast<double>(cl[i + 1].start - cl[i].end));
+  for (size_t i = 0; i + 1 < cl.size(); ++i) gaps.push_back(static_cast<double>(cl[i + 1].start - cl[i].end));
   double thr = inter_gap_threshold(gaps);
   std::vector<uint64_t> ends;
+  std::vector<char> used(dir_idx.size(), 0);
   for (size_t i = 0; i < cl.size(); ++i) {
-    if (!cl[i].full) continue;
+    for (size_t d = 0; d < used.size(); ++d) used[d] |= cl[i].used[d];
     bool last = i + 1 == cl.size();
-    if (last || static_cast<double>(cl[i + 1].start - cl[i].end) > thr) ends.push_back(cl[i].end);
+    if (!last && static_cast<double>(cl[i + 1].start - cl[i].end) <= thr) continue;
+    if (std::all_of(used.begin(), used.end(), [](char c) { return c != 0; })) ends.push_back(cl[i].end);
+    std::fill(used.begin(), used.end(), 0);
   }
+  if (std::getenv("NP_ANALYSIS_DEBUG"))
+    std::fprintf(stderr, "group %d: %zu dirs, %zu bursts, thr %.1f ms, %zu syncs\n", group, dir_idx.size(), cl.size(),
+                 thr / 1e6, ends.size());
   return ends;
 }
 
