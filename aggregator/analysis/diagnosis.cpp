@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 
 #include "stages.hpp"
@@ -17,10 +18,12 @@ namespace netprism::analysis {
 namespace {
 
 // slow_iteration: robust z-score with k = 5 on median/MAD (1.4826 MAD estimates sigma for Gaussian noise;
-// k = 5 gives ~3e-7 false alarms per healthy iteration) and at least 15 % above the median, so that the
-// sub-percent noise of a very steady job cannot turn a 2 % wobble into a finding.
+// k = 5 gives ~3e-7 false alarms per healthy iteration) and at least 50 % above the median: a steady job's
+// sub-percent MAD would otherwise turn a 2 % wobble into a finding, and on shared hosts a healthy step
+// stretches by a third from scheduling alone (measured on the testbed: +37 % once in a healthy PP4 run), so
+// "far above its baseline" starts at 1.5x.
 constexpr double kSlowIterK = 5.0;
-constexpr double kSlowIterMinExcess = 0.15;
+constexpr double kSlowIterMinExcess = 0.5;
 // The first two iterations seen carry warm-up (allocator growth, lazy initialisation, connection set-up);
 // they are excluded from baselines and findings.
 constexpr size_t kWarmup = 2;
@@ -65,55 +68,187 @@ int first_run(const std::vector<char>& flags) {
   return -1;
 }
 
-// compute[i][v]: own compute of node v (index into job.nodes) in iteration i.
-std::vector<std::vector<double>> own_compute(const Normalized& n, const JobSlice& job, const Structure& s,
-                                             const Timeline& t) {
+// turn[i][k]: for node job.nodes[k] outside the last stage, in iteration i, the time from the last
+// activation it sent downstream to the last gradient it got back: the downstream stages' work on the final
+// micro-batch(es). A slow node inflates the turnaround of every stage upstream of it, and of none at or
+// below it, which places it in the pipeline. 0 = not seen.
+std::vector<std::vector<double>> turnaround(const Normalized& n, const JobSlice& job, const Structure& s,
+                                            const Timeline& t) {
   size_t iters = t.boundaries.size() > 1 ? t.boundaries.size() - 1 : 0;
   std::vector<int> pos(n.nodes.size(), -1);
   for (size_t k = 0; k < job.nodes.size(); ++k) pos[job.nodes[k]] = static_cast<int>(k);
-  std::vector<std::vector<double>> out(iters, std::vector<double>(job.nodes.size(), 0));
-  // Events per node in time order: (time, kind) with kind 0 = received (t1), 1 = sent (t0, with its t1).
-  struct Ev {
-    uint64_t t;
-    uint64_t t_end;
-    bool send;
+  std::vector<std::vector<uint64_t>> last_a(iters, std::vector<uint64_t>(job.nodes.size(), 0)),
+      last_g = last_a;
+  auto iter_of = [&](uint64_t x) -> int {
+    auto it = std::upper_bound(t.boundaries.begin(), t.boundaries.end(), x);
+    if (it == t.boundaries.begin() || it == t.boundaries.end()) return -1;
+    return static_cast<int>(it - t.boundaries.begin()) - 1;
   };
-  std::vector<std::vector<Ev>> ev(job.nodes.size());
   for (const Xfer& x : job.xfers) {
-    if (s.stage_of[x.src] == s.stage_of[x.dst]) continue;  // DP traffic: only the join counts, added below
-    ev[static_cast<size_t>(pos[x.src])].push_back({x.t0, x.t1, true});
-    ev[static_cast<size_t>(pos[x.dst])].push_back({x.t1, x.t1, false});
-  }
-  for (size_t i = 0; i < t.syncs.size(); ++i)
-    for (size_t g = 0; g < s.dp_groups.size(); ++g)
-      for (size_t m = 0; m < s.dp_groups[g].size(); ++m)
-        if (!t.syncs[i][g].join.empty() && t.syncs[i][g].join[m])
-          ev[static_cast<size_t>(pos[s.dp_groups[g][m]])].push_back(
-              {t.syncs[i][g].join[m], t.syncs[i][g].end, true});
-  for (size_t k = 0; k < ev.size(); ++k) {
-    auto& e = ev[k];
-    std::sort(e.begin(), e.end(), [](const Ev& a, const Ev& b) { return a.t < b.t; });
-    uint64_t last_in = 0, last_out = 0;
-    for (const Ev& x : e) {
-      if (!x.send) {
-        last_in = std::max(last_in, x.t);
-        continue;
+    if (s.stage_of[x.dst] == s.stage_of[x.src] + 1) {
+      int i = iter_of(x.t0);
+      if (i >= 0) {
+        auto& a = last_a[static_cast<size_t>(i)][static_cast<size_t>(pos[x.src])];
+        a = std::max(a, x.t0);
       }
-      auto it = std::upper_bound(t.boundaries.begin(), t.boundaries.end(), x.t);
-      if (it == t.boundaries.begin() || it == t.boundaries.end()) {
-        last_out = std::max(last_out, x.t_end);
-        continue;
+    } else if (s.stage_of[x.src] == s.stage_of[x.dst] + 1) {
+      int i = iter_of(x.t1);
+      if (i >= 0) {
+        auto& g = last_g[static_cast<size_t>(i)][static_cast<size_t>(pos[x.dst])];
+        g = std::max(g, x.t1);
       }
-      size_t i = static_cast<size_t>(it - t.boundaries.begin()) - 1;
-      uint64_t ready = std::max({last_in, last_out, t.boundaries[i]});
-      if (x.t > ready) out[i][k] += static_cast<double>(x.t - ready);
-      last_out = std::max(last_out, x.t_end);
     }
   }
+  std::vector<std::vector<double>> out(iters, std::vector<double>(job.nodes.size(), 0));
+  for (size_t i = 0; i < iters; ++i)
+    for (size_t k = 0; k < job.nodes.size(); ++k)
+      if (last_a[i][k] && last_g[i][k] > last_a[i][k])
+        out[i][k] = static_cast<double>(last_g[i][k] - last_a[i][k]);
   return out;
 }
 
 }  // namespace
+
+namespace {
+
+// Pipeline position of the slowdown within one pipeline (chain of nodes, first stage first), from the
+// turnaround of each of its stage pairs compared with a reference value per stage (the same stage of the
+// other replicas, or the chain's own baseline): the deepest inflated pair's downstream node, or the first
+// node when none is inflated. A turnaround counts as inflated at 25 % over its reference: it covers one
+// or a few micro-batches of downstream work, and a compute fault worth naming slows each by more.
+size_t culprit_in_chain(const std::vector<size_t>& chain, const std::vector<double>& inflation) {
+  size_t c = 0;
+  for (size_t st = 0; st + 1 < chain.size(); ++st)
+    if (inflation[st] >= 0.25) c = st + 1;
+  return c;
+}
+
+}  // namespace
+
+void straggler_findings(const Normalized& n, const JobSlice& job, const Structure& s, const Timeline& t,
+                        const std::vector<Iteration>& its, const std::vector<char>& near_slow_link,
+                        std::vector<Finding>& out) {
+  size_t iters = its.size();
+  double step = t.step_ns;
+  std::vector<int> pos(n.nodes.size(), -1);
+  for (size_t k = 0; k < job.nodes.size(); ++k) pos[job.nodes[k]] = static_cast<int>(k);
+  auto turn = turnaround(n, job, s, t);
+  // Pipelines (replicas): chains over pipeline edges from each first-stage node.
+  std::vector<std::vector<uint32_t>> down(n.nodes.size());
+  for (const auto& e : s.edges)
+    if (e.role == EdgeRole::pp) down[e.u].push_back(e.v);
+  std::vector<int> chain_of(n.nodes.size(), -1);
+  std::vector<std::vector<size_t>> chains;  // positions in job.nodes, first stage first
+  for (uint32_t v : job.nodes)
+    if (s.stage_of[v] == 0) {
+      std::vector<size_t> c{static_cast<size_t>(pos[v])};
+      for (uint32_t cur = v; down[cur].size() == 1; cur = down[cur][0])
+        c.push_back(static_cast<size_t>(pos[down[cur][0]]));
+      for (size_t k : c) chain_of[job.nodes[k]] = static_cast<int>(chains.size());
+      chains.push_back(std::move(c));
+    }
+  auto med_turn = [&](size_t i, int stage, int except_chain) {
+    std::vector<double> v;
+    for (size_t c = 0; c < chains.size(); ++c)
+      if (static_cast<int>(c) != except_chain && static_cast<size_t>(stage) < chains[c].size() &&
+          turn[i][chains[c][static_cast<size_t>(stage)]] > 0)
+        v.push_back(turn[i][chains[c][static_cast<size_t>(stage)]]);
+    return median(v);
+  };
+
+  // Late pipelines: per iteration and DP group, a member that joins the synchronisation at least 10 % of a
+  // step after the median of the others makes them all wait that long. Without DP, a pipeline is late when
+  // its step exceeds its own baseline (the first third after warm-up) by 10 %.
+  std::vector<std::vector<char>> flag(chains.size(), std::vector<char>(iters, 0));
+  std::vector<std::vector<double>> late(chains.size(), std::vector<double>(iters, 0));
+  std::vector<double> base_step;
+  for (size_t i = kWarmup; i < kWarmup + std::max<size_t>(kPersist, (iters - kWarmup) / 3) && i < iters; ++i)
+    base_step.push_back(static_cast<double>(its[i].duration_ns));
+  double baseline = median(base_step);
+  for (size_t i = kWarmup; i < iters; ++i) {
+    if (!s.dp_groups.empty()) {
+      for (size_t g = 0; g < s.dp_groups.size(); ++g) {
+        const auto& gs = t.syncs[i][g];
+        if (gs.join.empty() || std::count(gs.join.begin(), gs.join.end(), 0u)) continue;
+        for (size_t m = 0; m < gs.join.size(); ++m) {
+          std::vector<double> others;
+          for (size_t o = 0; o < gs.join.size(); ++o)
+            if (o != m) others.push_back(static_cast<double>(gs.join[o]));
+          double l = static_cast<double>(gs.join[m]) - median(others);
+          int c = chain_of[s.dp_groups[g][m]];
+          if (std::getenv("NP_ANALYSIS_DEBUG"))
+            std::fprintf(stderr, "it %zu group %zu %s late %.1f ms chain %d\n", i, g,
+                         n.nodes[s.dp_groups[g][m]].c_str(), l / 1e6, c);
+          if (c < 0 || l < kStragglerExcess * step) continue;
+          flag[static_cast<size_t>(c)][i] = 1;
+          late[static_cast<size_t>(c)][i] = std::max(late[static_cast<size_t>(c)][i], l);
+        }
+      }
+    } else if (chains.size() == 1) {
+      double l = static_cast<double>(its[i].duration_ns) - baseline;
+      if (l >= kStragglerExcess * baseline) {
+        flag[0][i] = 1;
+        late[0][i] = l;
+      }
+    }
+  }
+  for (size_t c = 0; c < chains.size(); ++c) {
+    int first = first_run(flag[c]);
+    if (first < 0) continue;
+    const auto& chain = chains[c];
+    // Which stage of the late pipeline: turnaround inflation, per stage pair, over the flagged iterations.
+    std::vector<double> inflation(chain.size(), 0);
+    for (size_t st = 0; st + 1 < chain.size(); ++st) {
+      std::vector<double> r;
+      for (size_t i = static_cast<size_t>(first); i < iters; ++i) {
+        if (!flag[c][i] || turn[i][chain[st]] <= 0) continue;
+        double ref = 0;
+        if (chains.size() > 1) {
+          ref = med_turn(i, static_cast<int>(st), static_cast<int>(c));
+        } else {
+          std::vector<double> b;
+          for (size_t j = kWarmup; j < static_cast<size_t>(first); ++j)
+            if (turn[j][chain[st]] > 0) b.push_back(turn[j][chain[st]]);
+          ref = median(b);
+        }
+        if (ref > 0) r.push_back(turn[i][chain[st]] / ref - 1);
+      }
+      inflation[st] = median(r);
+    }
+    size_t who = chain[culprit_in_chain(chain, inflation)];
+    uint32_t v = job.nodes[who];
+    if (near_slow_link[v]) continue;
+    std::vector<double> ex, whatif;
+    for (size_t i = static_cast<size_t>(first); i < iters; ++i)
+      if (flag[c][i]) {
+        ex.push_back(late[c][i]);
+        whatif.push_back(static_cast<double>(its[i].duration_ns) - late[c][i]);
+      }
+    Finding f;
+    f.kind = "straggler";
+    f.subject = n.nodes[v];
+    f.first_iteration = first;
+    f.start_ns = its[static_cast<size_t>(first)].start_ns;
+    double mex = median(ex);
+    f.severity = mex / step;
+    f.whatif_step_time_ms = median(whatif) / 1e6;
+    std::string infl;
+    for (size_t st = 0; st + 1 < chain.size(); ++st)
+      infl += (st ? ", " : "") + n.nodes[job.nodes[chain[st]]] + "->" + n.nodes[job.nodes[chain[st + 1]]] +
+              " " + fmt("%+.0f %%", 100 * inflation[st]);
+    f.evidence = (s.dp_groups.empty() ? "steps exceed the job's baseline (" + ms(baseline) + ") by a median "
+                                      : "its pipeline joins the DP synchronisation a median ") +
+                 ms(mex) + (s.dp_groups.empty() ? "" : " after its DP peers") + " (" +
+                 fmt("%.0f", 100 * mex / step) + " % of the " + ms(step) + " step) in " +
+                 std::to_string(ex.size()) + " iterations from " + std::to_string(first) +
+                 " (threshold 10 % of a step, 3 consecutive)";
+    if (chain.size() > 1)
+      f.evidence += "; turnaround inflation per stage pair vs " +
+                    std::string(chains.size() > 1 ? "the other replicas" : "its baseline") + ": " + infl +
+                    " (the slow stage is below the deepest pair over 25 %)";
+    out.push_back(std::move(f));
+  }
+}
 
 std::string job_state(const Normalized& n, const JobSlice& job, double step_ns, size_t iterations) {
   uint64_t now_ns = n.now_ns;
@@ -178,67 +313,9 @@ std::vector<Finding> diagnose(const Normalized& n, const JobSlice& job, const St
       f.severity = worst / med;
       f.evidence = "iterations " + std::to_string(i) + "-" + std::to_string(j - 1) + ": longest " +
                    ms(worst) + " vs median " + ms(med) + " (MAD sigma " + ms(sig) + "; threshold " + ms(thr) +
-                   " = median + max(5 sigma, 15 %))";
+                   " = median + max(5 sigma, 50 %))";
       out.push_back(std::move(f));
       i = j;
-    }
-  }
-
-  // --- straggler
-  if (iters > kWarmup + kPersist && step > 0) {
-    auto comp = own_compute(n, job, s, t);
-    std::vector<int> pos(n.nodes.size(), -1);
-    for (size_t k = 0; k < job.nodes.size(); ++k) pos[job.nodes[k]] = static_cast<int>(k);
-    for (size_t k = 0; k < job.nodes.size(); ++k) {
-      uint32_t v = job.nodes[k];
-      const auto& stage = s.stages[static_cast<size_t>(s.stage_of[v])];
-      std::vector<size_t> peers;
-      for (uint32_t u : stage)
-        if (u != v) peers.push_back(static_cast<size_t>(pos[u]));
-      // Baseline for a node without same-stage peers: its own median over the first third after warm-up.
-      double own_base = 0;
-      if (peers.empty()) {
-        std::vector<double> b;
-        for (size_t i = kWarmup; i < kWarmup + std::max<size_t>(kPersist, (iters - kWarmup) / 3) && i < iters;
-             ++i)
-          b.push_back(comp[i][k]);
-        own_base = median(b);
-      }
-      std::vector<char> flag(iters, 0);
-      std::vector<double> excess(iters, 0);
-      for (size_t i = kWarmup; i < iters; ++i) {
-        double ref = own_base;
-        if (!peers.empty()) {
-          std::vector<double> pv;
-          for (size_t p : peers) pv.push_back(comp[i][p]);
-          ref = median(pv);
-        }
-        excess[i] = comp[i][k] - ref;
-        flag[i] = excess[i] >= kStragglerExcess * step;
-      }
-      int first = first_run(flag);
-      if (first < 0) continue;
-      std::vector<double> ex, whatif;
-      for (size_t i = static_cast<size_t>(first); i < iters; ++i)
-        if (flag[i]) {
-          ex.push_back(excess[i]);
-          whatif.push_back(static_cast<double>(its[i].duration_ns) - excess[i]);
-        }
-      Finding f;
-      f.kind = "straggler";
-      f.subject = n.nodes[v];
-      f.first_iteration = first;
-      f.start_ns = its[static_cast<size_t>(first)].start_ns;
-      double mex = median(ex);
-      f.severity = mex / step;
-      f.whatif_step_time_ms = median(whatif) / 1e6;
-      std::string ref = peers.empty() ? "its own baseline (median " + ms(own_base) + ")"
-                                      : std::to_string(peers.size()) + " same-stage peer(s)";
-      f.evidence = "own compute exceeds " + ref + " by a median " + ms(mex) + " (" +
-                   fmt("%.0f", 100 * mex / step) + " % of the " + ms(step) + " step) in " +
-                   std::to_string(ex.size()) + " iterations from " + std::to_string(first) +
-                   "; threshold 10 % of a step in 3 consecutive iterations";
-      out.push_back(std::move(f));
     }
   }
 
@@ -306,6 +383,34 @@ std::vector<Finding> diagnose(const Normalized& n, const JobSlice& job, const St
       out.push_back(std::move(f));
     }
   }
+
+  // One finding per node pair: both directions of a shaped link are slow together.
+  for (size_t a = 0; a < out.size(); ++a) {
+    if (out[a].kind != "slow_link") continue;
+    auto arrow = out[a].subject.find("->");
+    if (arrow == std::string::npos || out[a].subject.find("<->") != std::string::npos) continue;
+    std::string rev = out[a].subject.substr(arrow + 2) + "->" + out[a].subject.substr(0, arrow);
+    for (size_t b = a + 1; b < out.size(); ++b)
+      if (out[b].kind == "slow_link" && out[b].subject == rev) {
+        out[a].subject = out[a].subject.substr(0, arrow) + "<->" + out[a].subject.substr(arrow + 2);
+        out[a].severity = std::max(out[a].severity, out[b].severity);
+        out[a].first_iteration = std::min(out[a].first_iteration, out[b].first_iteration);
+        out[a].start_ns = std::min(out[a].start_ns, out[b].start_ns);
+        out[a].evidence = "both directions: " + out[a].evidence + "; reverse: " + out[b].evidence;
+        out.erase(out.begin() + static_cast<long>(b));
+        break;
+      }
+  }
+
+  // --- straggler
+  // Links found slow explain the waiting of the nodes they feed: no straggler is named next to one.
+  std::vector<char> near_slow_link(n.nodes.size(), 0);
+  for (const auto& f : out)
+    if (f.kind == "slow_link")
+      for (const auto& e : s.edges)
+        for (uint32_t a : {e.u, e.v})
+          if (f.subject.find(n.nodes[a]) != std::string::npos) near_slow_link[e.u] = near_slow_link[e.v] = 1;
+  if (iters > kWarmup + kPersist && step > 0) straggler_findings(n, job, s, t, its, near_slow_link, out);
 
   // --- hang
   if (state == "hung") {

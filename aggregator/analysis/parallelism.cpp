@@ -109,7 +109,7 @@ Structure infer_structure(const Normalized& n, const JobSlice& job) {
     if (lo < kOneWayRatio * hi) continue;
     std::vector<double> sizes;
     for (const Xfer* x : d.xs) sizes.push_back(static_cast<double>(x->bytes));
-    double eps = 0.5 * median(sizes);
+    double eps = 0.5 * typical_size(sizes);
     double fwd = negative_share(d.xs, d.e.u, eps);
     double rev = negative_share(d.xs, d.e.v, eps);
     if (std::getenv("NP_ANALYSIS_DEBUG"))

@@ -110,5 +110,6 @@ std::string job_state(const Normalized& n, const JobSlice& job, double step_ns, 
 // Robust statistics shared by the stages.
 double median(std::vector<double> v);
 double mad(const std::vector<double>& v, double med);
+double typical_size(std::vector<double> sizes);
 
 }  // namespace netprism::analysis

@@ -28,6 +28,15 @@ double median(std::vector<double> v) {
   return (lo + hi) / 2;
 }
 
+// Typical size of the messages in `sizes`: the median over those of at least a tenth of the largest, so
+// that small control messages (notifications, barriers) riding the same connection do not drag it down.
+double typical_size(std::vector<double> sizes) {
+  if (sizes.empty()) return 0;
+  double top = *std::max_element(sizes.begin(), sizes.end());
+  std::erase_if(sizes, [&](double x) { return x < 0.1 * top; });
+  return median(std::move(sizes));
+}
+
 double mad(const std::vector<double>& v, double med) {
   std::vector<double> d;
   d.reserve(v.size());
@@ -158,7 +167,7 @@ std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
   }
   std::sort(ev.begin(), ev.end());
   // Half of a typical activation transfer: below it the pipeline holds no micro-batch.
-  double eps = 0.5 * median(a_sizes);
+  double eps = 0.5 * typical_size(a_sizes);
   std::vector<uint64_t> drains;
   double out = 0;
   bool drained = true;
