@@ -220,11 +220,35 @@ Timeline build_timeline(const Normalized&, const JobSlice& job, const Structure&
   if (ref >= 0) {
     for (size_t g = 0; g < s.dp_groups.size(); ++g) {
       group_ends[g] = static_cast<int>(g) == ref ? refb : sync_ends(job, s, static_cast<int>(g));
-      for (uint64_t e : group_ends[g]) {
-        int k = slot(e);
-        if (k < 0 || group_end[g][static_cast<size_t>(k)]) continue;
-        group_end[g][static_cast<size_t>(k)] = e;
-        ends_at[static_cast<size_t>(k)].push_back(e);
+      // Pair the group's synchronisations with the reference's in order: one per iteration each, so the
+      // k-th of one is the (k + shift)-th of the other, with the shift that brings them closest. Pairing by
+      // order (not by nearest time) keeps a stage whose synchronisation slowed down by half a step (a
+      // shaped link) in its own iteration.
+      const auto& E = group_ends[g];
+      long best_shift = 0;
+      double best_cost = -1;
+      for (long sh = -2; sh <= 2; ++sh) {
+        std::vector<double> d;
+        for (size_t k = 0; k < refb.size(); ++k) {
+          long j = static_cast<long>(k) + sh;
+          if (j >= 0 && j < static_cast<long>(E.size()))
+            d.push_back(
+                std::fabs(static_cast<double>(E[static_cast<size_t>(j)]) - static_cast<double>(refb[k])));
+        }
+        if (d.size() * 2 < refb.size()) continue;
+        double c = median(d);
+        if (best_cost < 0 || c < best_cost) {
+          best_cost = c;
+          best_shift = sh;
+        }
+      }
+      for (size_t k = 0; k < refb.size(); ++k) {
+        long j = static_cast<long>(k) + best_shift;
+        if (j < 0 || j >= static_cast<long>(E.size())) continue;
+        uint64_t e = E[static_cast<size_t>(j)];
+        if (std::fabs(static_cast<double>(e) - static_cast<double>(refb[k])) > 0.75 * T) continue;
+        group_end[g][k] = e;
+        ends_at[k].push_back(e);
       }
     }
   } else if (!refb.empty()) {
@@ -241,14 +265,15 @@ Timeline build_timeline(const Normalized&, const JobSlice& job, const Structure&
     for (size_t k = 0; k < refb.size(); ++k) ends_at[k] = {refb[k], refb[k]};
     for (auto& [key, e] : last_grad) ends_at[key.second].push_back(e);
   }
-  // Boundaries: the reference itself. The median over the stages' ends (the scorer's own definition of the
-  // truth) was tried and measured worse on the testbed: each further stage end adds its own detection noise
-  // (0.2 -> 0.7 % median duration error), while the reference's offset to the median is steady and cancels
-  // in every duration.
+  // Boundaries: the end of each iteration's last synchronisation over the stages (the DP groups finish one
+  // after the other, the first stage usually last; a stage slowed by its links can finish later). Without
+  // DP, the drain of the pipeline at the first stage.
   std::vector<size_t> slot_of;  // boundary index -> reference slot
   for (size_t k = 0; k < refb.size(); ++k) {
-    if (!t.boundaries.empty() && refb[k] <= t.boundaries.back()) continue;
-    t.boundaries.push_back(refb[k]);
+    uint64_t b = refb[k];
+    for (uint64_t e : ends_at[k]) b = ref >= 0 ? std::max(b, e) : b;
+    if (!t.boundaries.empty() && b <= t.boundaries.back()) continue;
+    t.boundaries.push_back(b);
     slot_of.push_back(k);
   }
 
