@@ -54,6 +54,7 @@ TEST(AnalysisGrouping, ASecondJobOnTheSameNodesIsANewJob) {
   synth::Spec b = a;
   b.start_ns = end + 5'000'000'000ull;
   b.seed = 7;
+  b.port_base = 50000;  // a new process opens new connections
   synth::generate(b, in);
   auto r = analyze(in);
   ASSERT_EQ(r.jobs.size(), 2u);

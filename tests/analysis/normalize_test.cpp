@@ -31,7 +31,9 @@ TEST(AnalysisNormalize, KeepsOnlyTheSendersViewOfEachFlowDirection) {
   in.addr_node = {{"10.0.0.1", "a"}, {"10.0.0.2", "b"}};
   in.events.push_back(ev("b", "10.0.0.1", "10.0.0.2", 100, 5000, NP_DIR_INGRESS));  // receiver's view
   in.events.push_back(ev("a", "10.0.0.1", "10.0.0.2", 90, 5000, NP_DIR_EGRESS));    // sender's view
-  in.events.push_back(ev("a", "10.0.0.2", "10.0.0.1", 95, 0, NP_DIR_INGRESS));      // pure ACKs
+  FlowEvent acks = ev("a", "10.0.0.2", "10.0.0.1", 95, 0, NP_DIR_INGRESS);          // pure ACKs
+  std::swap(acks.src_port, acks.dst_port);
+  in.events.push_back(acks);
   Normalized n = normalize(in);
   ASSERT_EQ(n.xfers.size(), 1u);
   EXPECT_EQ(n.xfers[0].t0, 90u);

@@ -73,7 +73,7 @@ struct Emitter {
 
 Truth generate(const Spec& s, Input& in) {
   Truth truth;
-  Emitter em{s, in, {}, static_cast<uint16_t>(40000 + 1000 * s.node_base)};
+  Emitter em{s, in, {}, static_cast<uint16_t>(s.port_base + 1000 * s.node_base)};
   std::mt19937 rng(s.seed);
   std::uniform_real_distribution<double> jit(0, s.jitter_ms * 1e6);
   int N = s.dp * s.pp;

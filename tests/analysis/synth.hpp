@@ -23,7 +23,8 @@ struct Spec {
   double link_mbps = 2000;         // transfer rate (megabytes/s are 1e6 B/s: bytes / (rate * 1e6) s)
   double jitter_ms = 0.3;          // uniform compute jitter per operation
   uint64_t start_ns = 1'700'000'000'000'000'000ull;
-  int node_base = 0;  // first node index (several jobs in one input)
+  int node_base = 0;           // first node index (several jobs in one input)
+  uint16_t port_base = 40000;  // ephemeral ports of this job's connections
   std::string subnet = "10.0.0.";
   // Faults
   int straggler_node = -1;  // node index (within the job) computing `straggler_factor` slower from iteration
