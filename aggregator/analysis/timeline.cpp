@@ -158,10 +158,10 @@ std::vector<uint64_t> sync_ends(const JobSlice& job, const Structure& s, int gro
 
 namespace {
 
-// Drain points of a pipeline without DP: the end of the gradient transfer that brings the first stage's
-// outstanding activation volume back to zero (every micro-batch of the iteration has come back). Activations
-// count when they start, gradients when they end (causal order); the balance restarts from zero at every
-// drain, so a lost or repeated packet cannot drift it beyond one iteration.
+// Iteration boundaries of a pipeline without DP, from its drain points: the end of the gradient transfer that
+// brings the first stage's outstanding activation volume back to zero (every micro-batch of the iteration has
+// come back). Activations count when they start, gradients when they end (causal order); the balance restarts
+// from zero at every drain, so a lost or repeated packet cannot drift it beyond one iteration.
 std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
   if (s.stages.size() < 2) return {};
   // The busiest first-stage -> second-stage edge.
@@ -183,11 +183,14 @@ std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
   std::sort(ev.begin(), ev.end());
   // Half of a typical activation transfer: below it the pipeline holds no micro-batch.
   double eps = 0.5 * typical_size(a_sizes);
-  std::vector<uint64_t> drains;
+  std::vector<uint64_t> drains, starts;  // starts[k]: first activation after drains[k] (0: none yet)
   double out = 0;
   bool drained = true;
   for (auto [t, b] : ev) {
+    // Messages far below an activation (barriers, notifications) neither open nor close an iteration.
+    if (std::fabs(b) < eps) continue;
     if (b > 0) {
+      if (drained && !drains.empty() && starts.size() < drains.size()) starts.push_back(t);
       drained = false;
       out += b;
     } else if (!drained) {
@@ -199,7 +202,18 @@ std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
       }
     }
   }
-  return drains;
+  // The boundary is the first activation of the next iteration: the first stage's own schedule (its
+  // optimizer step, then its first forward pass) separates it from the end of the previous iteration by a
+  // constant, while the drain inherits the jitter of every downstream stage (measured on the testbed: 0.1 %
+  // vs 0.9 % median duration error). The last iteration, with no next activation, ends at its drain plus
+  // the median drain-to-start delay.
+  std::vector<double> delay;
+  for (size_t k = 0; k < starts.size(); ++k) delay.push_back(static_cast<double>(starts[k] - drains[k]));
+  double d = median(delay);
+  std::vector<uint64_t> out_b;
+  for (size_t k = 0; k < drains.size(); ++k)
+    out_b.push_back(k < starts.size() ? starts[k] : drains[k] + static_cast<uint64_t>(d));
+  return out_b;
 }
 
 }  // namespace
