@@ -170,11 +170,19 @@ void straggler_findings(const Normalized& n, const JobSlice& job, const Structur
       for (size_t g = 0; g < s.dp_groups.size(); ++g) {
         const auto& gs = t.syncs[i][g];
         if (gs.join.empty() || std::count(gs.join.begin(), gs.join.end(), 0u)) continue;
+        // Lateness against the median of the other members; for large groups the median of all members
+        // (the same to within one member) keeps this linear in the group size.
+        std::vector<double> all(gs.join.begin(), gs.join.end());
+        double med_all = median(all);
         for (size_t m = 0; m < gs.join.size(); ++m) {
-          std::vector<double> others;
-          for (size_t o = 0; o < gs.join.size(); ++o)
-            if (o != m) others.push_back(static_cast<double>(gs.join[o]));
-          double l = static_cast<double>(gs.join[m]) - median(others);
+          double ref_join = med_all;
+          if (gs.join.size() <= 16) {
+            std::vector<double> others;
+            for (size_t o = 0; o < gs.join.size(); ++o)
+              if (o != m) others.push_back(static_cast<double>(gs.join[o]));
+            ref_join = median(others);
+          }
+          double l = static_cast<double>(gs.join[m]) - ref_join;
           int c = chain_of[s.dp_groups[g][m]];
           if (std::getenv("NP_ANALYSIS_DEBUG"))
             std::fprintf(stderr, "it %zu group %zu %s late %.1f ms chain %d\n", i, g,

@@ -253,7 +253,19 @@ Timeline build_timeline(const Normalized&, const JobSlice& job, const Structure&
       // k-th of one is the (k + shift)-th of the other, with the shift that brings them closest. Pairing by
       // order (not by nearest time) keeps a stage whose synchronisation slowed down by half a step (a
       // shaped link) in its own iteration.
-      const auto& E = group_ends[g];
+      // A synchronisation stretched by a slow link can break into several complete-looking episodes; two
+      // ends closer than half a step belong to one synchronisation (keep the later).
+      auto& E = group_ends[g];
+      if (static_cast<int>(g) != ref) {
+        std::vector<uint64_t> merged;
+        for (uint64_t e : E) {
+          if (!merged.empty() && static_cast<double>(e - merged.back()) < 0.5 * T)
+            merged.back() = e;
+          else
+            merged.push_back(e);
+        }
+        E = std::move(merged);
+      }
       long best_shift = 0;
       double best_cost = -1;
       for (long sh = -2; sh <= 2; ++sh) {
@@ -326,6 +338,9 @@ Timeline build_timeline(const Normalized&, const JobSlice& job, const Structure&
   t.syncs.assign(iters, std::vector<Timeline::GroupSync>(s.dp_groups.size()));
   std::vector<int> iter_of_slot(refb.size(), -1);
   for (size_t i = 1; i < slot_of.size(); ++i) iter_of_slot[slot_of[i]] = static_cast<int>(i) - 1;
+  std::vector<int> member_pos(s.group_of.size(), -1);  // node -> index in its DP group (no linear search)
+  for (const auto& grp : s.dp_groups)
+    for (size_t m = 0; m < grp.size(); ++m) member_pos[grp[m]] = static_cast<int>(m);
   for (size_t g = 0; g < s.dp_groups.size(); ++g) {
     const auto& members = s.dp_groups[g];
     for (size_t k = 0; k < refb.size(); ++k)
@@ -343,7 +358,7 @@ Timeline build_timeline(const Normalized&, const JobSlice& job, const Structure&
       if (k < 0 || iter_of_slot[static_cast<size_t>(k)] < 0 || group_end[g][static_cast<size_t>(k)] != *it)
         continue;
       auto& gs = t.syncs[static_cast<size_t>(iter_of_slot[static_cast<size_t>(k)])][g];
-      size_t m = static_cast<size_t>(std::find(members.begin(), members.end(), x.src) - members.begin());
+      size_t m = member_pos[x.src] >= 0 ? static_cast<size_t>(member_pos[x.src]) : members.size();
       if (m < members.size() && (gs.join[m] == 0 || x.t0 < gs.join[m])) gs.join[m] = x.t0;
       if (gs.start == 0 || x.t0 < gs.start) gs.start = x.t0;
     }
