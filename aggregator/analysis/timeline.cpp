@@ -289,8 +289,25 @@ Timeline build_timeline(const Normalized&, const JobSlice& job, const Structure&
         uint64_t e = E[static_cast<size_t>(j)];
         if (std::fabs(static_cast<double>(e) - static_cast<double>(refb[k])) > 0.75 * T) continue;
         group_end[g][k] = e;
-        ends_at[k].push_back(e);
       }
+      // A stretched synchronisation (a shaped link turns it into a trickle of partial bursts) ends with its
+      // last transfer: within half a step of the reference, the group's latest DP transfer end wins.
+      if (static_cast<int>(g) != ref) {
+        for (const Xfer& x : job.xfers) {
+          if (!is_dp_xfer(s, x, static_cast<int>(g))) continue;
+          auto it = std::lower_bound(
+              refb.begin(), refb.end(),
+              x.t1 > static_cast<uint64_t>(0.5 * T) ? x.t1 - static_cast<uint64_t>(0.5 * T) : 0);
+          if (it == refb.end() || static_cast<double>(*it) + 0.5 * T < static_cast<double>(x.t1)) continue;
+          size_t k = static_cast<size_t>(it - refb.begin());
+          if (x.t1 > group_end[g][k]) group_end[g][k] = x.t1;
+        }
+        E.clear();
+        for (uint64_t e : group_end[g])
+          if (e) E.push_back(e);
+      }
+      for (size_t k = 0; k < refb.size(); ++k)
+        if (group_end[g][k]) ends_at[k].push_back(group_end[g][k]);
     }
   } else if (!refb.empty()) {
     // Stages 0 and 1 end at the drain; deeper stages at their last gradient sent upstream in the window.
