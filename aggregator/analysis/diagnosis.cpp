@@ -184,9 +184,6 @@ void straggler_findings(const Normalized& n, const JobSlice& job, const Structur
           }
           double l = static_cast<double>(gs.join[m]) - ref_join;
           int c = chain_of[s.dp_groups[g][m]];
-          if (std::getenv("NP_ANALYSIS_DEBUG"))
-            std::fprintf(stderr, "it %zu group %zu %s late %.1f ms chain %d\n", i, g,
-                         n.nodes[s.dp_groups[g][m]].c_str(), l / 1e6, c);
           if (c < 0 || l < kStragglerExcess * step) continue;
           flag[static_cast<size_t>(c)][i] = 1;
           late[static_cast<size_t>(c)][i] = std::max(late[static_cast<size_t>(c)][i], l);

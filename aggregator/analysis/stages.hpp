@@ -6,6 +6,9 @@
 //     -> parallelism (edge roles, DP groups, pipeline order)
 //     -> timeline (iteration boundaries, per-node phases)
 //     -> diagnosis (straggler, slow_link, slow_iteration, hang) and job state
+//
+// NP_ANALYSIS_DEBUG=1 in the environment prints each edge's role evidence and each DP group's
+// synchronisation detection to stderr (for looking at a new recording).
 #pragma once
 
 #include <cstdint>

@@ -309,27 +309,15 @@ Timeline build_timeline(const Normalized&, const JobSlice& job, const Structure&
       for (size_t k = 0; k < refb.size(); ++k)
         if (group_end[g][k]) ends_at[k].push_back(group_end[g][k]);
     }
-  } else if (!refb.empty()) {
-    // Stages 0 and 1 end at the drain; deeper stages at their last gradient sent upstream in the window.
-    std::map<std::pair<int, size_t>, uint64_t> last_grad;
-    for (const Xfer& x : job.xfers) {
-      int st = s.stage_of[x.src];
-      if (st < 2 || s.stage_of[x.dst] != st - 1) continue;
-      auto it = std::lower_bound(refb.begin(), refb.end(), x.t1);
-      if (it == refb.end()) continue;
-      uint64_t& l = last_grad[{st, static_cast<size_t>(it - refb.begin())}];
-      l = std::max(l, x.t1);
-    }
-    for (size_t k = 0; k < refb.size(); ++k) ends_at[k] = {refb[k], refb[k]};
-    for (auto& [key, e] : last_grad) ends_at[key.second].push_back(e);
   }
+
   // Boundaries: the end of each iteration's last synchronisation over the stages (the DP groups finish one
   // after the other, the first stage usually last; a stage slowed by its links can finish later). Without
   // DP, the drain of the pipeline at the first stage.
   std::vector<size_t> slot_of;  // boundary index -> reference slot
   for (size_t k = 0; k < refb.size(); ++k) {
     uint64_t b = refb[k];
-    for (uint64_t e : ends_at[k]) b = ref >= 0 ? std::max(b, e) : b;
+    for (uint64_t e : ends_at[k]) b = std::max(b, e);
     if (!t.boundaries.empty() && b <= t.boundaries.back()) continue;
     t.boundaries.push_back(b);
     slot_of.push_back(k);
