@@ -68,62 +68,65 @@ int first_run(const std::vector<char>& flags) {
   return -1;
 }
 
-// turn[i][k]: for node job.nodes[k] outside the last stage, in iteration i, the time from the last
-// activation it sent downstream to the last gradient it got back: the downstream stages' work on the final
-// micro-batch(es). A slow node inflates the turnaround of every stage upstream of it, and of none at or
-// below it, which places it in the pipeline. 0 = not seen.
-std::vector<std::vector<double>> turnaround(const Normalized& n, const JobSlice& job, const Structure& s,
-                                            const Timeline& t) {
+// unit[i][k]: the median compute span of node job.nodes[k] in iteration i: over its pipeline sends, the
+// time since its previous send or, when it received something after that send, since the first such
+// message (what it was waiting for: a node that waits starts computing when its input arrives; a busy
+// node's inputs are already queued, and messages landing in the middle of its compute must not cut the
+// span short). So a span is compute, not waiting (one micro-batch's forward or backward; the first stage's
+// first forward of an iteration also holds the synchronisation, the median ignores it). Comparing a node with
+// its same-stage DP peers, or with its own earlier iterations, tells which node of a late pipeline is the
+// slow one. Messages under a quarter of the job's typical pipeline message (barriers, notifications) are not
+// inputs or outputs. 0 = not seen.
+std::vector<std::vector<double>> unit_compute(const Normalized& n, const JobSlice& job, const Structure& s,
+                                              const Timeline& t) {
   size_t iters = t.boundaries.size() > 1 ? t.boundaries.size() - 1 : 0;
   std::vector<int> pos(n.nodes.size(), -1);
   for (size_t k = 0; k < job.nodes.size(); ++k) pos[job.nodes[k]] = static_cast<int>(k);
-  std::vector<std::vector<uint64_t>> last_a(iters, std::vector<uint64_t>(job.nodes.size(), 0)),
-      last_g = last_a;
-  auto iter_of = [&](uint64_t x) -> int {
-    auto it = std::upper_bound(t.boundaries.begin(), t.boundaries.end(), x);
-    if (it == t.boundaries.begin() || it == t.boundaries.end()) return -1;
-    return static_cast<int>(it - t.boundaries.begin()) - 1;
+  std::vector<double> sizes;
+  for (const Xfer& x : job.xfers)
+    if (s.stage_of[x.src] != s.stage_of[x.dst]) sizes.push_back(static_cast<double>(x.bytes));
+  double min_bytes = 0.25 * typical_size(sizes);
+  struct Ev {
+    uint64_t t;
+    bool send;
   };
+  std::vector<std::vector<Ev>> ev(job.nodes.size());
   for (const Xfer& x : job.xfers) {
-    if (s.stage_of[x.dst] == s.stage_of[x.src] + 1) {
-      int i = iter_of(x.t0);
-      if (i >= 0) {
-        auto& a = last_a[static_cast<size_t>(i)][static_cast<size_t>(pos[x.src])];
-        a = std::max(a, x.t0);
+    if (s.stage_of[x.src] == s.stage_of[x.dst] || static_cast<double>(x.bytes) < min_bytes) continue;
+    ev[static_cast<size_t>(pos[x.src])].push_back({x.t0, true});
+    ev[static_cast<size_t>(pos[x.dst])].push_back({x.t1, false});
+  }
+  std::vector<std::vector<std::vector<double>>> spans(iters,
+                                                      std::vector<std::vector<double>>(job.nodes.size()));
+  for (size_t k = 0; k < ev.size(); ++k) {
+    auto& e = ev[k];
+    std::sort(e.begin(), e.end(), [](const Ev& a, const Ev& b) { return a.t < b.t; });
+    uint64_t last_send = 0, first_recv = 0;  // first receive since the last send
+    for (const Ev& x : e) {
+      if (!x.send) {
+        if (!first_recv) first_recv = x.t;
+        continue;
       }
-    } else if (s.stage_of[x.src] == s.stage_of[x.dst] + 1) {
-      int i = iter_of(x.t1);
-      if (i >= 0) {
-        auto& g = last_g[static_cast<size_t>(i)][static_cast<size_t>(pos[x.dst])];
-        g = std::max(g, x.t1);
+      uint64_t from = std::max(last_send, first_recv);
+      if (last_send && x.t > from) {
+        auto it = std::upper_bound(t.boundaries.begin(), t.boundaries.end(), x.t);
+        if (it != t.boundaries.begin() && it != t.boundaries.end())
+          spans[static_cast<size_t>(it - t.boundaries.begin()) - 1][k].push_back(
+              static_cast<double>(x.t - from));
       }
+      last_send = x.t;
+      first_recv = 0;
     }
   }
   std::vector<std::vector<double>> out(iters, std::vector<double>(job.nodes.size(), 0));
   for (size_t i = 0; i < iters; ++i)
-    for (size_t k = 0; k < job.nodes.size(); ++k)
-      if (last_a[i][k] && last_g[i][k] > last_a[i][k])
-        out[i][k] = static_cast<double>(last_g[i][k] - last_a[i][k]);
+    for (size_t k = 0; k < job.nodes.size(); ++k) out[i][k] = median(spans[i][k]);
   return out;
 }
 
 }  // namespace
 
-namespace {
-
-// Pipeline position of the slowdown within one pipeline (chain of nodes, first stage first), from the
-// turnaround of each of its stage pairs compared with a reference value per stage (the same stage of the
-// other replicas, or the chain's own baseline): the deepest inflated pair's downstream node, or the first
-// node when none is inflated. A turnaround counts as inflated at 25 % over its reference: it covers one
-// or a few micro-batches of downstream work, and a compute fault worth naming slows each by more.
-size_t culprit_in_chain(const std::vector<size_t>& chain, const std::vector<double>& inflation) {
-  size_t c = 0;
-  for (size_t st = 0; st + 1 < chain.size(); ++st)
-    if (inflation[st] >= 0.25) c = st + 1;
-  return c;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 void straggler_findings(const Normalized& n, const JobSlice& job, const Structure& s, const Timeline& t,
                         const std::vector<Iteration>& its, const std::vector<char>& near_slow_link,
@@ -132,7 +135,7 @@ void straggler_findings(const Normalized& n, const JobSlice& job, const Structur
   double step = t.step_ns;
   std::vector<int> pos(n.nodes.size(), -1);
   for (size_t k = 0; k < job.nodes.size(); ++k) pos[job.nodes[k]] = static_cast<int>(k);
-  auto turn = turnaround(n, job, s, t);
+  auto unit = unit_compute(n, job, s, t);
   // Pipelines (replicas): chains over pipeline edges from each first-stage node.
   std::vector<std::vector<uint32_t>> down(n.nodes.size());
   for (const auto& e : s.edges)
@@ -147,14 +150,6 @@ void straggler_findings(const Normalized& n, const JobSlice& job, const Structur
       for (size_t k : c) chain_of[job.nodes[k]] = static_cast<int>(chains.size());
       chains.push_back(std::move(c));
     }
-  auto med_turn = [&](size_t i, int stage, int except_chain) {
-    std::vector<double> v;
-    for (size_t c = 0; c < chains.size(); ++c)
-      if (static_cast<int>(c) != except_chain && static_cast<size_t>(stage) < chains[c].size() &&
-          turn[i][chains[c][static_cast<size_t>(stage)]] > 0)
-        v.push_back(turn[i][chains[c][static_cast<size_t>(stage)]]);
-    return median(v);
-  };
 
   // Late pipelines: per iteration and DP group, a member that joins the synchronisation at least 10 % of a
   // step after the median of the others makes them all wait that long. Without DP, a pipeline is late when
@@ -201,26 +196,31 @@ void straggler_findings(const Normalized& n, const JobSlice& job, const Structur
     int first = first_run(flag[c]);
     if (first < 0) continue;
     const auto& chain = chains[c];
-    // Which stage of the late pipeline: turnaround inflation, per stage pair, over the flagged iterations.
-    std::vector<double> inflation(chain.size(), 0);
-    for (size_t st = 0; st + 1 < chain.size(); ++st) {
+    // Which node of the late pipeline: the one whose own compute grew most, against its same-stage peers
+    // (other replicas) or, without replicas, against its own iterations before the slowdown.
+    std::vector<double> ratio(chain.size(), 0);
+    for (size_t st = 0; st < chain.size(); ++st) {
       std::vector<double> r;
       for (size_t i = static_cast<size_t>(first); i < iters; ++i) {
-        if (!flag[c][i] || turn[i][chain[st]] <= 0) continue;
+        if (!flag[c][i] || unit[i][chain[st]] <= 0) continue;
         double ref = 0;
         if (chains.size() > 1) {
-          ref = med_turn(i, static_cast<int>(st), static_cast<int>(c));
+          std::vector<double> peers;
+          for (size_t o = 0; o < chains.size(); ++o)
+            if (o != c && st < chains[o].size() && unit[i][chains[o][st]] > 0)
+              peers.push_back(unit[i][chains[o][st]]);
+          ref = median(peers);
         } else {
           std::vector<double> b;
           for (size_t j = kWarmup; j < static_cast<size_t>(first); ++j)
-            if (turn[j][chain[st]] > 0) b.push_back(turn[j][chain[st]]);
+            if (unit[j][chain[st]] > 0) b.push_back(unit[j][chain[st]]);
           ref = median(b);
         }
-        if (ref > 0) r.push_back(turn[i][chain[st]] / ref - 1);
+        if (ref > 0) r.push_back(unit[i][chain[st]] / ref);
       }
-      inflation[st] = median(r);
+      ratio[st] = median(r);
     }
-    size_t who = chain[culprit_in_chain(chain, inflation)];
+    size_t who = chain[static_cast<size_t>(std::max_element(ratio.begin(), ratio.end()) - ratio.begin())];
     uint32_t v = job.nodes[who];
     if (near_slow_link[v]) continue;
     std::vector<double> ex, whatif;
@@ -238,9 +238,8 @@ void straggler_findings(const Normalized& n, const JobSlice& job, const Structur
     f.severity = mex / step;
     f.whatif_step_time_ms = median(whatif) / 1e6;
     std::string infl;
-    for (size_t st = 0; st + 1 < chain.size(); ++st)
-      infl += (st ? ", " : "") + n.nodes[job.nodes[chain[st]]] + "->" + n.nodes[job.nodes[chain[st + 1]]] +
-              " " + fmt("%+.0f %%", 100 * inflation[st]);
+    for (size_t st = 0; st < chain.size(); ++st)
+      infl += (st ? ", " : "") + n.nodes[job.nodes[chain[st]]] + " " + fmt("x%.2f", ratio[st]);
     f.evidence = (s.dp_groups.empty() ? "steps exceed the job's baseline (" + ms(baseline) + ") by a median "
                                       : "its pipeline joins the DP synchronisation a median ") +
                  ms(mex) + (s.dp_groups.empty() ? "" : " after its DP peers") + " (" +
@@ -248,9 +247,10 @@ void straggler_findings(const Normalized& n, const JobSlice& job, const Structur
                  std::to_string(ex.size()) + " iterations from " + std::to_string(first) +
                  " (threshold 10 % of a step, 3 consecutive)";
     if (chain.size() > 1)
-      f.evidence += "; turnaround inflation per stage pair vs " +
-                    std::string(chains.size() > 1 ? "the other replicas" : "its baseline") + ": " + infl +
-                    " (the slow stage is below the deepest pair over 25 %)";
+      f.evidence += "; shortest compute span per stage of that pipeline vs " +
+                    std::string(chains.size() > 1 ? "the same stage of the other replicas"
+                                                  : "its own earlier iterations") +
+                    ": " + infl + " (the largest names the node)";
     out.push_back(std::move(f));
   }
 }
