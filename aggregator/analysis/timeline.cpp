@@ -235,6 +235,26 @@ Timeline build_timeline(const Normalized&, const JobSlice& job, const Structure&
   std::vector<uint64_t> refb = ref >= 0 ? sync_ends(job, s, ref) : pipeline_drains(job, s);
   std::vector<double> rd;
   for (size_t i = 0; i + 1 < refb.size(); ++i) rd.push_back(static_cast<double>(refb[i + 1] - refb[i]));
+  // A synchronisation stretched by a slow link can split into several complete episodes: spacings then
+  // alternate short and long. The step is the median of the upper half of the spacings (every spacing when
+  // they are all steps; only the long ones otherwise), and reference ends closer than half of it are one
+  // synchronisation (the later end kept).
+  if (ref >= 0 && rd.size() >= 4) {
+    std::vector<double> sorted = rd;
+    std::sort(sorted.begin(), sorted.end());
+    double step =
+        median(std::vector<double>(sorted.begin() + static_cast<long>(sorted.size() / 2), sorted.end()));
+    std::vector<uint64_t> merged;
+    for (uint64_t e : refb) {
+      if (!merged.empty() && static_cast<double>(e - merged.back()) < 0.5 * step)
+        merged.back() = e;
+      else
+        merged.push_back(e);
+    }
+    refb = std::move(merged);
+    rd.clear();
+    for (size_t i = 0; i + 1 < refb.size(); ++i) rd.push_back(static_cast<double>(refb[i + 1] - refb[i]));
+  }
   double T = median(rd);
   auto slot = [&](uint64_t e) -> int {
     auto it =
