@@ -287,6 +287,7 @@ def cmd_run(a):
         # Supervise: apply timed faults, notice hangs, failures and the end.
         hang_seen = {}
         last_poll = 0.0
+        progress = {j["name"]: -1 for j in jobs}
         deadline = t_train + a.timeout
         while True:
             now = time.time()
@@ -322,6 +323,11 @@ def cmd_run(a):
                 break
             if now > deadline:
                 raise RuntimeError(f"training did not finish within {a.timeout} s (see {out}/logs)")
+            for j in jobs:  # progress for people: one line per iteration of rank 0
+                k = last_iter(os.path.join(out, "truth"), j["name"], 0)
+                if k > progress[j["name"]]:
+                    progress[j["name"]] = k
+                    print(f"testbed: {j['name']} iteration {k + 1}/{j['iters']} done", flush=True)
             if stack and now - last_poll >= 0.5:
                 stack.poll_states()
                 last_poll = time.time()
