@@ -37,7 +37,9 @@ class ProbeBurst : public ::testing::Test {
   void SetUp() override {
     NP_REQUIRE_ROOT();
     std::string err;
-    probe_ = Probe::open(ProbeOptions{}, err);
+    ProbeOptions o;
+    o.max_flows = 4096;  // a few hundred flows at most per test
+    probe_ = Probe::open(o, err);
     ASSERT_TRUE(probe_) << err;
     tc_ = probe_->program_fd("np_tc_egress");
     xdp_ = probe_->program_fd("np_xdp");
@@ -148,6 +150,20 @@ TEST_F(ProbeBurst, ShutdownFlushEmitsEveryFlow) {
   }
   EXPECT_EQ(payload, (100u + 299u) * 200u / 2);
   EXPECT_TRUE(dump_flows(probe_->map_fd("np_flows")).empty());
+}
+
+TEST_F(ProbeBurst, FullFlowTableIsCountedNotSilent) {
+  std::string err;
+  ProbeOptions o;
+  o.max_flows = 8;
+  auto small = Probe::open(o, err);
+  ASSERT_TRUE(small) << err;
+  int fd = small->program_fd("np_tc_egress");
+  for (uint16_t s = 0; s < 20; ++s) ASSERT_EQ(run_prog(fd, true, tcp_pkt(2000 + s)).err, 0);
+  auto c = small->counters();
+  EXPECT_EQ(dump_flows(small->map_fd("np_flows")).size(), 8u);
+  EXPECT_EQ(c[NP_CNT_MAP_FULL], 12u);
+  EXPECT_EQ(c[NP_CNT_MAP_BUSY], 0u);
 }
 
 TEST_F(ProbeBurst, ExclusionListHidesTheAgentsOwnTraffic) {

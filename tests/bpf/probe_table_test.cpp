@@ -241,6 +241,7 @@ class ProbeTable : public ::testing::TestWithParam<std::tuple<Row, Entry>> {
     std::string err;
     ProbeOptions o;
     o.gap_ns = 1'000'000'000;  // no gap cut inside one row
+    o.max_flows = 256;         // one flow per row: a small table loads faster
     g_probe = Probe::open(o, err);
     ASSERT_TRUE(g_probe) << err;
   }
