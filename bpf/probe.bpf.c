@@ -93,7 +93,14 @@ static __always_inline int np_tc(struct __sk_buff* skb, __u8 dir) {
   /* A GSO super-packet stands for gso_segs wire packets. */
   __u32 segs = skb->gso_segs;
   if (segs == 0) segs = 1;
-  np_account(&p, segs);
+  /* Locally sent TCP (and SO_TXTIME) packets carry their departure time in CLOCK_MONOTONIC, the clock of
+   * bpf_ktime_get_ns: use it rather than reading the clock (~90 ns of cache misses on a busy host, a third of
+   * the probe's cost). It is the earliest time the packet may leave (EDT), so with pacing it is nearer the
+   * wire time than the moment this hook runs. Anything else (no time, receive time in CLOCK_REALTIME,
+   * ingress) reads the clock. */
+  __u64 now = 0;
+  if (dir == NP_DIR_EGRESS && skb->tstamp_type == BPF_SKB_TSTAMP_DELIVERY_MONO) now = skb->tstamp;
+  np_account(&p, segs, now);
   return 0; /* TC_ACT_OK */
 }
 
@@ -120,7 +127,7 @@ int np_xdp(struct xdp_md* ctx) {
   }
   p.key.ifindex = ctx->ingress_ifindex;
   p.key.dir = NP_DIR_INGRESS;
-  np_account(&p, 1);
+  np_account(&p, 1, 0);
   return XDP_PASS;
 }
 

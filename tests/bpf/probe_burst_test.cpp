@@ -200,6 +200,24 @@ TEST_F(ProbeBurst, GsoPacketCountsEverySegment) {
   EXPECT_EQ(flows[0].second.b.bytes, 3000u + 3 * 40);
 }
 
+// Only a CLOCK_MONOTONIC delivery time (TCP's departure time on egress) may replace the clock; a timestamp
+// of another clock (a receive time in CLOCK_REALTIME) must be ignored. The mono case runs for real in
+// probe_veth_test (the harness cannot set tstamp_type).
+TEST_F(ProbeBurst, TimestampsOfAnotherClockAreIgnored) {
+  thresholds(10 * kSec, 60 * kSec);
+  auto pkt = tcp_pkt(8);
+  uint64_t before = monotonic_now_ns();
+  ASSERT_EQ(run_prog(tc_, true, pkt, 1, 0, 42).err, 0);
+  ASSERT_EQ(run_prog(probe_->program_fd("np_tc_ingress"), true, pkt, 1, 0, 42).err, 0);
+  uint64_t after = monotonic_now_ns();
+  auto flows = dump_flows(probe_->map_fd("np_flows"));
+  ASSERT_EQ(flows.size(), 2u);
+  for (const auto& [k, st] : flows) {
+    EXPECT_GE(st.b.first_ns, before);
+    EXPECT_LE(st.b.first_ns, after);
+  }
+}
+
 TEST_F(ProbeBurst, RoceOpcodeClassesAndQpsPerBurst) {
   thresholds(10 * kSec, 60 * kSec);
   auto roce = [](uint8_t op, uint32_t qp, uint32_t psn) {
