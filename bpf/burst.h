@@ -152,8 +152,9 @@ static __always_inline void np_flowlet_fill(struct np_flowlet* out, const struct
   out->end_reason = reason;
 }
 
-/* Accounts one parsed packet. segs: wire packets it stands for (GSO segments; 1 for XDP). */
-static __always_inline void np_account(struct np_pkt* p, __u32 segs) {
+/* Accounts one parsed packet. segs: wire packets it stands for (GSO segments; 1 for XDP). now: the packet's
+ * CLOCK_MONOTONIC time if the caller has it for free, else 0 (read here). */
+static __always_inline void np_account(struct np_pkt* p, __u32 segs, __u64 now) {
   __u32 zero = 0;
   struct np_probe_config* cfg = bpf_map_lookup_elem(&np_config, &zero);
   if (!cfg) return; /* array map: cannot happen */
@@ -163,7 +164,7 @@ static __always_inline void np_account(struct np_pkt* p, __u32 segs) {
   }
   __u64 gap = cfg->gap_ns ? cfg->gap_ns : NP_DEFAULT_GAP_NS;
   __u64 max_burst = cfg->max_burst_ns ? cfg->max_burst_ns : NP_DEFAULT_MAX_BURST_NS;
-  __u64 now = bpf_ktime_get_ns();
+  if (!now) now = bpf_ktime_get_ns();
   /* IP bytes on the wire: a GSO packet becomes segs packets, each with its own IP and L4 header. */
   __u64 bytes = (__u64)p->ip_len + (__u64)(segs - 1) * p->hdr_len;
   __u64 tag = np_key_tag(&p->key);

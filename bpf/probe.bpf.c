@@ -68,21 +68,21 @@ struct {
 
 static __always_inline int np_tc(struct __sk_buff* skb, __u8 dir) {
   np_count(NP_CNT_PACKETS);
-  struct np_pkt p = {};
-  void* data = (void*)(long)skb->data;
-  void* data_end = (void*)(long)skb->data_end;
-  __u32 r = np_parse(data, data_end, skb->len, &p);
-  if (r == NP_CNT_TRUNCATED && skb->len > (__u32)(data_end - data)) {
-    /* The headers are in the skb but not in its linear part (rare: tunnels, some drivers): pull them in
-     * and parse again rather than calling a whole packet truncated. */
+  struct np_pkt p;
+  __u32 r = NP_CNT_TRUNCATED;
+  /* At most two passes: the second only when the headers are in the skb but not in its linear part (rare:
+   * tunnels, some drivers), after pulling them in, rather than calling a whole packet truncated. A loop, not
+   * two calls, so the parser is emitted once. */
+#pragma clang loop unroll(disable)
+  for (int pass = 0; pass < 2; pass++) {
+    __builtin_memset(&p, 0, sizeof(p));
+    void* data = (void*)(long)skb->data;
+    void* data_end = (void*)(long)skb->data_end;
+    r = np_parse(data, data_end, skb->len, &p);
+    if (r != NP_CNT_TRUNCATED || pass == 1 || skb->len <= (__u32)(data_end - data)) break;
     __u32 want = skb->len < NP_PULL_LEN ? skb->len : NP_PULL_LEN;
-    if (bpf_skb_pull_data(skb, want) == 0) {
-      np_count(NP_CNT_PULLED);
-      __builtin_memset(&p, 0, sizeof(p));
-      data = (void*)(long)skb->data;
-      data_end = (void*)(long)skb->data_end;
-      r = np_parse(data, data_end, skb->len, &p);
-    }
+    if (bpf_skb_pull_data(skb, want) != 0) break;
+    np_count(NP_CNT_PULLED);
   }
   if (r != NP_PARSE_OK) {
     np_count(r);
@@ -93,7 +93,14 @@ static __always_inline int np_tc(struct __sk_buff* skb, __u8 dir) {
   /* A GSO super-packet stands for gso_segs wire packets. */
   __u32 segs = skb->gso_segs;
   if (segs == 0) segs = 1;
-  np_account(&p, segs);
+  /* Locally sent TCP (and SO_TXTIME) packets carry their departure time in CLOCK_MONOTONIC, the clock of
+   * bpf_ktime_get_ns: use it rather than reading the clock (~90 ns of cache misses on a busy host, a third of
+   * the probe's cost). It is the earliest time the packet may leave (EDT), so with pacing it is nearer the
+   * wire time than the moment this hook runs. Anything else (no time, receive time in CLOCK_REALTIME,
+   * ingress) reads the clock. */
+  __u64 now = 0;
+  if (dir == NP_DIR_EGRESS && skb->tstamp_type == BPF_SKB_TSTAMP_DELIVERY_MONO) now = skb->tstamp;
+  np_account(&p, segs, now);
   return 0; /* TC_ACT_OK */
 }
 
@@ -120,7 +127,7 @@ int np_xdp(struct xdp_md* ctx) {
   }
   p.key.ifindex = ctx->ingress_ifindex;
   p.key.dir = NP_DIR_INGRESS;
-  np_account(&p, 1);
+  np_account(&p, 1, 0);
   return XDP_PASS;
 }
 

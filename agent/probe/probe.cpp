@@ -74,8 +74,15 @@ std::unique_ptr<Probe> Probe::open(const ProbeOptions& opts, std::string& err) {
   int e = 0;
   {
     QuietLibbpf quiet;  // the verifier log would flood stderr; the last line goes into err
-    p->impl_->skel.reset(probe::open_and_load());
+    p->impl_->skel.reset(probe::open());
     e = errno;
+    if (p->impl_->skel) {
+      if (opts.max_flows) bpf_map__set_max_entries(p->impl_->skel->maps.np_flows, opts.max_flows);
+      if (int r = probe::load(p->impl_->skel.get()); r != 0) {
+        e = -r;
+        p->impl_->skel.reset();
+      }
+    }
   }
   if (!p->impl_->skel) {
     err = "cannot load the eBPF probe: " + std::string(std::strerror(e));

@@ -25,6 +25,7 @@ struct ProbeOptions {
     uint16_t port = 0;  // 0: every port
   };
   std::vector<Exclude> exclude;  // never observed (the agent's own aggregator connection)
+  uint32_t max_flows = 0;        // flow-table entries (preallocated, 192 B each); 0: 65536
 };
 
 using FlowletSink = std::function<void(const np_flowlet&)>;  // times are kernel CLOCK_MONOTONIC ns

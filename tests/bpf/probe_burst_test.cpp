@@ -37,7 +37,9 @@ class ProbeBurst : public ::testing::Test {
   void SetUp() override {
     NP_REQUIRE_ROOT();
     std::string err;
-    probe_ = Probe::open(ProbeOptions{}, err);
+    ProbeOptions o;
+    o.max_flows = 4096;  // a few hundred flows at most per test
+    probe_ = Probe::open(o, err);
     ASSERT_TRUE(probe_) << err;
     tc_ = probe_->program_fd("np_tc_egress");
     xdp_ = probe_->program_fd("np_xdp");
@@ -150,6 +152,20 @@ TEST_F(ProbeBurst, ShutdownFlushEmitsEveryFlow) {
   EXPECT_TRUE(dump_flows(probe_->map_fd("np_flows")).empty());
 }
 
+TEST_F(ProbeBurst, FullFlowTableIsCountedNotSilent) {
+  std::string err;
+  ProbeOptions o;
+  o.max_flows = 8;
+  auto small = Probe::open(o, err);
+  ASSERT_TRUE(small) << err;
+  int fd = small->program_fd("np_tc_egress");
+  for (uint16_t s = 0; s < 20; ++s) ASSERT_EQ(run_prog(fd, true, tcp_pkt(2000 + s)).err, 0);
+  auto c = small->counters();
+  EXPECT_EQ(dump_flows(small->map_fd("np_flows")).size(), 8u);
+  EXPECT_EQ(c[NP_CNT_MAP_FULL], 12u);
+  EXPECT_EQ(c[NP_CNT_MAP_BUSY], 0u);
+}
+
 TEST_F(ProbeBurst, ExclusionListHidesTheAgentsOwnTraffic) {
   std::string err;
   ProbeOptions::Exclude agg{*parse_addr("10.9.9.9"), 7470};
@@ -182,6 +198,24 @@ TEST_F(ProbeBurst, GsoPacketCountsEverySegment) {
   EXPECT_EQ(flows[0].second.b.packets, 3u);
   EXPECT_EQ(flows[0].second.b.payload_bytes, 3000u);
   EXPECT_EQ(flows[0].second.b.bytes, 3000u + 3 * 40);
+}
+
+// Only a CLOCK_MONOTONIC delivery time (TCP's departure time on egress) may replace the clock; a timestamp
+// of another clock (a receive time in CLOCK_REALTIME) must be ignored. The mono case runs for real in
+// probe_veth_test (the harness cannot set tstamp_type).
+TEST_F(ProbeBurst, TimestampsOfAnotherClockAreIgnored) {
+  thresholds(10 * kSec, 60 * kSec);
+  auto pkt = tcp_pkt(8);
+  uint64_t before = monotonic_now_ns();
+  ASSERT_EQ(run_prog(tc_, true, pkt, 1, 0, 42).err, 0);
+  ASSERT_EQ(run_prog(probe_->program_fd("np_tc_ingress"), true, pkt, 1, 0, 42).err, 0);
+  uint64_t after = monotonic_now_ns();
+  auto flows = dump_flows(probe_->map_fd("np_flows"));
+  ASSERT_EQ(flows.size(), 2u);
+  for (const auto& [k, st] : flows) {
+    EXPECT_GE(st.b.first_ns, before);
+    EXPECT_LE(st.b.first_ns, after);
+  }
 }
 
 TEST_F(ProbeBurst, RoceOpcodeClassesAndQpsPerBurst) {

@@ -41,14 +41,19 @@ struct RunResult {
 };
 
 // gso_segs: tc only, sets __sk_buff.gso_segs through ctx_in (0: leave the packet a plain one).
+// tstamp: tc only, __sk_buff.tstamp. The harness accepts no tstamp_type, so this is an unspecified-clock
+// time (like a receive time in CLOCK_REALTIME), which the probe must not use.
 inline RunResult run_prog(int prog_fd, bool tc, const std::vector<uint8_t>& pkt, uint32_t repeat = 1,
-                          uint32_t gso_segs = 0) {
+                          uint32_t gso_segs = 0, uint64_t tstamp = 0) {
   __sk_buff ctx{};
   LIBBPF_OPTS(bpf_test_run_opts, o, .data_in = pkt.data(), .data_size_in = static_cast<uint32_t>(pkt.size()),
               .repeat = static_cast<int>(repeat));
   if (tc && gso_segs) {
     ctx.gso_segs = gso_segs;
     ctx.gso_size = 1000;
+  }
+  if (tc && tstamp) ctx.tstamp = tstamp;
+  if (tc && (gso_segs || tstamp)) {
     o.ctx_in = &ctx;
     o.ctx_size_in = sizeof ctx;
   }
