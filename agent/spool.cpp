@@ -183,8 +183,11 @@ bool Spool::push(BatchKey key, const std::string& payload, uint32_t records) {
   if (!ok) {
     int e = errno;
     ::unlink(tmp.c_str());
-    ++stats_.write_errors;
-    log_error("spool: cannot write " + final_path + ": " + std::strerror(e));
+    // Disk full or read-only: every batch would fail alike, so log the first and then every 100th; the
+    // counter (dropped_spool_error) has the exact number.
+    if (stats_.write_errors++ % 100 == 0)
+      log_error("spool: cannot write " + final_path + ": " + std::strerror(e) + " (" +
+                std::to_string(stats_.write_errors) + " write errors so far)");
     return false;
   }
   if (dir_fd_ >= 0) ::fsync(dir_fd_);  // make the rename itself durable
