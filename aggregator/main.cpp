@@ -1,7 +1,11 @@
 // netprism-aggregator: central ingest, storage and analysis daemon.
 // Three threads: ingest (ROUTER, the store's only batch writer), live analysis, query endpoint (REP).
 // SIGINT/SIGTERM stop them in order; every socket has a finite linger so shutdown cannot hang.
+#include <malloc.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -24,6 +28,12 @@ int main(int argc, char** argv) {
   daemon::Settings s;
   if (auto rc = daemon::parse_settings(argc, argv, s)) return *rc;
 
+  // Ingest allocates and frees the same working set for every group (received frames, decoded batches,
+  // msgpack zones). glibc would hand large freed blocks back to the kernel and fault them in again, which
+  // showed up as ~15 % of ingest time in page faults; keep up to 256 MiB of freed heap instead.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+
   // Block the stop signals in every thread; main waits for them with sigwait.
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -35,6 +45,15 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(s.data_dir, ec);
   if (ec)
     return cli::fail("netprism-aggregator", "cannot create data dir " + s.data_dir + ": " + ec.message());
+
+  // One daemon per data dir: a second one would interleave its own duplicate bookkeeping with ours. The lock
+  // is released by the kernel when this process ends, however it ends (kill -9 included).
+  std::string lock_path = s.data_dir + "/aggregator.lock";
+  int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+  if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
+    return cli::fail("netprism-aggregator", "data dir " + s.data_dir +
+                                                " is in use by another netprism-aggregator (" +
+                                                std::strerror(errno) + ")");
 
   try {
     zmq::context_t ctx(1);
@@ -50,8 +69,13 @@ int main(int argc, char** argv) {
       store::save_own_traffic(boot, own);
       auto nodes = boot.nodes();
       reg.load(nodes, boot.epochs());
+      uint64_t batches = boot.batch_count(), bytes = boot.stored_bytes();
+      reg.with_counters([&](daemon::IngestCounters& c) {
+        c.store_batches = batches;
+        c.store_bytes = bytes;
+      });
       daemon::log_line("store " + store::Store::resolve(s.data_dir) + ": " + std::to_string(nodes.size()) +
-                       " registered nodes, " + std::to_string(boot.batch_count()) + " batches");
+                       " registered nodes, " + std::to_string(batches) + " batches");
     }
     daemon::LiveAnalysis live(s, own, [&reg] { return reg.addr_nodes(); });
     daemon::Ingest ingest(ctx, s, reg, live);

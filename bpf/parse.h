@@ -120,11 +120,12 @@ struct np_pkt {
 static __always_inline __u8 np_roce_class(__u8 opcode) {
   __u8 op = opcode & 0x1f;
   if ((opcode & 0xe0) == 0x80) return NP_ROCE_CLASSES; /* CNP: congestion notification, no data */
-  if (op <= 0x05 || op == 0x16 || op == 0x17) return NP_ROCE_SEND; /* SEND first/middle/last/only (+imm, +inv) */
-  if (op <= 0x0b) return NP_ROCE_WRITE;                           /* RDMA WRITE first/middle/last/only (+imm) */
-  if (op <= 0x10) return NP_ROCE_READ;                            /* READ request and response first..only */
-  if (op == 0x11 || op == 0x12) return NP_ROCE_ACK;               /* ACK, ATOMIC ACK */
-  return NP_ROCE_CLASSES;                                         /* atomics, reserved */
+  if (op <= 0x05 || op == 0x16 || op == 0x17)
+    return NP_ROCE_SEND;                            /* SEND first/middle/last/only (+imm, +inv) */
+  if (op <= 0x0b) return NP_ROCE_WRITE;             /* RDMA WRITE first/middle/last/only (+imm) */
+  if (op <= 0x10) return NP_ROCE_READ;              /* READ request and response first..only */
+  if (op == 0x11 || op == 0x12) return NP_ROCE_ACK; /* ACK, ATOMIC ACK */
+  return NP_ROCE_CLASSES;                           /* atomics, reserved */
 }
 
 static __always_inline void np_v4_mapped(__u8 out[16], const __u8 in[4]) {

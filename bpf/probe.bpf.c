@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
-/* netprism flow probe. Map and program names are the agent's interface to it (see include/netprism/probe_abi.h):
- *   maps: np_flows (per-flow burst state), np_events (ring buffer of finished bursts), np_counters (per-CPU loss
- *   and skip counters), np_config (runtime thresholds), np_exclude (addresses/ports never observed),
- *   np_flush_req (idle-flush request, user space -> np_flush)
- *   programs: np_tc_ingress, np_tc_egress (tc clsact), np_xdp (XDP ingress), np_flush (run by user space through
+/* netprism flow probe. Map and program names are the agent's interface to it (see
+ * include/netprism/probe_abi.h): maps: np_flows (per-flow burst state), np_events (ring buffer of finished
+ * bursts), np_counters (per-CPU loss and skip counters), np_config (runtime thresholds), np_exclude
+ * (addresses/ports never observed), np_flush_req (idle-flush request, user space -> np_flush) programs:
+ * np_tc_ingress, np_tc_egress (tc clsact), np_xdp (XDP ingress), np_flush (run by user space through
  *   BPF_PROG_TEST_RUN, never attached)
  * The probe only observes: every entry point returns TC_ACT_OK / XDP_PASS whatever it finds. */
 #include "vmlinux.h"
@@ -98,10 +98,14 @@ static __always_inline int np_tc(struct __sk_buff* skb, __u8 dir) {
 }
 
 SEC("tc")
-int np_tc_ingress(struct __sk_buff* skb) { return np_tc(skb, NP_DIR_INGRESS); }
+int np_tc_ingress(struct __sk_buff* skb) {
+  return np_tc(skb, NP_DIR_INGRESS);
+}
 
 SEC("tc")
-int np_tc_egress(struct __sk_buff* skb) { return np_tc(skb, NP_DIR_EGRESS); }
+int np_tc_egress(struct __sk_buff* skb) {
+  return np_tc(skb, NP_DIR_EGRESS);
+}
 
 SEC("xdp")
 int np_xdp(struct xdp_md* ctx) {
@@ -123,7 +127,7 @@ int np_xdp(struct xdp_md* ctx) {
 /* ---- idle flush, run from user space with BPF_PROG_TEST_RUN ----
  * User space picks candidate keys (idle, or all at shutdown) from a racy read of np_flows; this program
  * decides under each entry's lock, so a packet that arrived meanwhile keeps its flow alive. Order per entry:
- * reserve ring space first (no helper may run under the lock), lock, re-check, copy the burst, mark dead,
+ * reserve ring space first (no helper runs under the lock), lock, re-check, copy the burst, mark dead,
  * unlock, submit, delete. The data path never writes into a dead entry (see np_account), so nothing is
  * counted into an entry after its burst left, and the burst leaves exactly once. */
 struct np_flush_ctx {
@@ -144,19 +148,23 @@ static long np_flush_one(__u64 i, struct np_flush_ctx* c) {
   }
   bool all = req->flags & NP_FLUSH_ALL;
   bool emit = false, del = false;
-  bpf_spin_lock(&st->lock);
-  if (!st->dead && np_key_eq(&st->fl.key, key)) {
-    if (st->fl.packets == 0) {
+  if (!np_lock(&st->lock, NP_LOCK_FLUSH_SPINS)) {
+    bpf_ringbuf_discard(rec, 0);
+    req->deferred++;
+    np_count(NP_CNT_FLUSH_DEFERRED);
+    return 0;
+  }
+  if (!st->dead && st->key_tag == np_key_tag(key)) {
+    if (st->b.packets == 0) {
       del = true; /* empty entry left by a failed delete: just remove it */
-    } else if (all || (__s64)(st->fl.last_ns - req->cutoff_ns) < 0) {
-      *rec = st->fl;
-      rec->end_reason = all ? NP_END_SHUTDOWN : NP_END_IDLE_FLUSH;
+    } else if (all || (__s64)(st->b.last_ns - req->cutoff_ns) < 0) {
+      np_flowlet_fill(rec, key, &st->b, all ? NP_END_SHUTDOWN : NP_END_IDLE_FLUSH);
       emit = true;
       del = true;
     }
     if (del) st->dead = 1;
   }
-  bpf_spin_unlock(&st->lock);
+  np_unlock(&st->lock);
   if (emit) {
     bpf_ringbuf_submit(rec, 0);
     req->flushed++;
@@ -169,10 +177,11 @@ static long np_flush_one(__u64 i, struct np_flush_ctx* c) {
       req->deleted++;
     } else {
       /* Could not delete (bucket busy): revive the entry empty so the data path keeps using it. */
-      bpf_spin_lock(&st->lock);
-      st->fl.packets = 0;
-      st->dead = 0;
-      bpf_spin_unlock(&st->lock);
+      if (np_lock(&st->lock, NP_LOCK_SLOW_SPINS)) {
+        st->b.packets = 0;
+        st->dead = 0;
+        np_unlock(&st->lock);
+      }
     }
   }
   return 0;

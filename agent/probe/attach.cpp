@@ -1,6 +1,7 @@
 // Attaching the probe: tc clsact ingress+egress filters (libbpf 1.1 bpf_tc_* API, no tcx) or XDP ingress.
 // Rules: never replace or remove a program this probe did not install; replace what a previous (crashed)
-// netprism run left behind, recognised by program name at our fixed tc slot or as the interface's XDP program.
+// netprism run left behind, recognised by program name at our fixed tc slot or as the interface's XDP
+// program.
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <linux/if_link.h>
@@ -16,7 +17,9 @@
 namespace netprism::agent {
 namespace {
 
-std::string errstr(int e) { return std::strerror(e < 0 ? -e : e); }
+std::string errstr(int e) {
+  return std::strerror(e < 0 ? -e : e);
+}
 
 struct Fd {
   int fd = -1;
@@ -28,7 +31,9 @@ struct Fd {
   Fd& operator=(const Fd&) = delete;
 };
 
-const char* point_name(bpf_tc_attach_point p) { return p == BPF_TC_INGRESS ? "ingress" : "egress"; }
+const char* point_name(bpf_tc_attach_point p) {
+  return p == BPF_TC_INGRESS ? "ingress" : "egress";
+}
 
 }  // namespace
 
@@ -69,6 +74,7 @@ void xdp_detach_one(const XdpAttachment& a, int our_fd) {
 }  // namespace
 
 bool Probe::attach(const std::string& ifname, AttachMode mode, std::string& err) {
+  QuietLibbpf quiet;  // "no filter here" / "qdisc exists" are expected answers, not news for stderr
   int ifindex = static_cast<int>(if_nametoindex(ifname.c_str()));
   if (ifindex == 0) {
     err = "no interface named '" + ifname + "'";
@@ -115,8 +121,8 @@ bool Probe::attach(const std::string& ifname, AttachMode mode, std::string& err)
     return false;
   }
   std::vector<TcAttachment> done;
-  for (auto [point, prog] : {std::pair{BPF_TC_INGRESS, s.progs.np_tc_ingress},
-                             std::pair{BPF_TC_EGRESS, s.progs.np_tc_egress}}) {
+  for (auto [point, prog] :
+       {std::pair{BPF_TC_INGRESS, s.progs.np_tc_ingress}, std::pair{BPF_TC_EGRESS, s.progs.np_tc_egress}}) {
     hook.attach_point = point;
     LIBBPF_OPTS(bpf_tc_opts, q, .handle = kTcHandle, .priority = kTcPriority);
     uint32_t flags = 0;
@@ -151,6 +157,7 @@ bool Probe::attach(const std::string& ifname, AttachMode mode, std::string& err)
 
 void Probe::detach_all() {
   if (!impl_ || !impl_->skel) return;
+  QuietLibbpf quiet;
   for (const auto& a : impl_->tc) tc_detach_one(a);
   impl_->tc.clear();
   for (const auto& a : impl_->xdp) xdp_detach_one(a, bpf_program__fd(impl_->skel->progs.np_xdp));

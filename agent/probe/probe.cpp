@@ -47,6 +47,16 @@ int ring_cb(void* ctx, void* data, size_t size) {
 
 }  // namespace
 
+QuietLibbpf::QuietLibbpf() : previous_(libbpf_set_print(libbpf_capture)) {
+  g_libbpf_last.clear();
+}
+QuietLibbpf::~QuietLibbpf() {
+  libbpf_set_print(previous_);
+}
+const std::string& last_libbpf_message() {
+  return g_libbpf_last;
+}
+
 uint64_t monotonic_now_ns() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -55,15 +65,19 @@ uint64_t monotonic_now_ns() {
 
 Probe::Probe() : impl_(std::make_unique<Impl>()) {}
 
-Probe::~Probe() { detach_all(); }
+Probe::~Probe() {
+  detach_all();
+}
 
 std::unique_ptr<Probe> Probe::open(const ProbeOptions& opts, std::string& err) {
-  libbpf_set_print(libbpf_capture);
-  g_libbpf_last.clear();
   std::unique_ptr<Probe> p(new Probe());  // private constructor: make_unique cannot reach it
-  p->impl_->skel.reset(probe::open_and_load());
+  int e = 0;
+  {
+    QuietLibbpf quiet;  // the verifier log would flood stderr; the last line goes into err
+    p->impl_->skel.reset(probe::open_and_load());
+    e = errno;
+  }
   if (!p->impl_->skel) {
-    int e = errno;
     err = "cannot load the eBPF probe: " + std::string(std::strerror(e));
     if (!g_libbpf_last.empty()) err += " (libbpf: " + g_libbpf_last + ")";
     if (e == EPERM || e == EACCES) err += "; needs root or CAP_BPF+CAP_NET_ADMIN+CAP_PERFMON";
@@ -101,9 +115,15 @@ bool Probe::set_thresholds(uint64_t gap_ns, uint64_t max_burst_ns, std::string& 
   return true;
 }
 
-uint64_t Probe::gap_ns() const { return impl_->config.gap_ns; }
-uint64_t Probe::max_burst_ns() const { return impl_->config.max_burst_ns; }
-uint64_t Probe::malformed_records() const { return impl_->rctx.malformed; }
+uint64_t Probe::gap_ns() const {
+  return impl_->config.gap_ns;
+}
+uint64_t Probe::max_burst_ns() const {
+  return impl_->config.max_burst_ns;
+}
+uint64_t Probe::malformed_records() const {
+  return impl_->rctx.malformed;
+}
 
 bool Probe::set_exclude(const std::vector<ProbeOptions::Exclude>& exclude, std::string& err) {
   if (exclude.size() > bpf_map__max_entries(impl_->skel->maps.np_exclude)) {
@@ -161,7 +181,9 @@ bool Probe::set_exclude(const std::vector<ProbeOptions::Exclude>& exclude, std::
   return true;
 }
 
-int Probe::ring_fd() const { return ring_buffer__epoll_fd(impl_->ring.get()); }
+int Probe::ring_fd() const {
+  return ring_buffer__epoll_fd(impl_->ring.get());
+}
 
 std::size_t Probe::poll(const FlowletSink& sink) {
   impl_->rctx.sink = &sink;
@@ -185,7 +207,7 @@ std::size_t Probe::flush_idle(uint64_t now_mono_ns, bool all, const FlowletSink&
   for (int r = bpf_map_get_next_key(flows_fd, nullptr, &next); r == 0;
        r = bpf_map_get_next_key(flows_fd, &cur, &next)) {
     if (bpf_map_lookup_elem(flows_fd, &next, &st) == 0) {
-      bool idle = st.fl.packets == 0 || static_cast<int64_t>(st.fl.last_ns - cutoff) < 0;
+      bool idle = st.b.packets == 0 || static_cast<int64_t>(st.b.last_ns - cutoff) < 0;
       if (all || idle) cand.push_back(next);
     }
     cur = next;

@@ -32,6 +32,8 @@ using FlowletSink = std::function<void(const np_flowlet&)>;  // times are kernel
 // Time base of every probe timestamp and of flush_idle's `now`: CLOCK_MONOTONIC, what bpf_ktime_get_ns reads.
 uint64_t monotonic_now_ns();
 
+// Use one Probe from one thread (poll and flush_idle both drain the ring buffer); counters() and
+// set_thresholds() may be called from any thread.
 class Probe {
  public:
   // Loads the probe into the kernel. nullptr and a one-line reason on failure.

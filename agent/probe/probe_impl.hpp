@@ -56,6 +56,20 @@ struct Probe::Impl {
   std::mutex flush_mu;  // one flush at a time: np_flush_req is a single slot
 };
 
+// While alive, libbpf's messages are captured (last one readable through last_libbpf_message()) instead of
+// printed: expected outcomes such as "no filter at this slot" must not reach the agent's stderr.
+class QuietLibbpf {
+ public:
+  QuietLibbpf();
+  ~QuietLibbpf();
+  QuietLibbpf(const QuietLibbpf&) = delete;
+  QuietLibbpf& operator=(const QuietLibbpf&) = delete;
+
+ private:
+  libbpf_print_fn_t previous_;
+};
+const std::string& last_libbpf_message();
+
 uint32_t prog_id_of(int prog_fd);
 std::string prog_name_of_id(uint32_t id);
 

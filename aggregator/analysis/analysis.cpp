@@ -1,6 +1,7 @@
 // Entry point of the analysis pipeline: normalize -> group jobs -> structure -> timeline -> diagnosis.
 // The same function serves the daemon (live, Input::now_ns = wall clock) and `netprism analyze` (offline).
 #include <algorithm>
+#include <map>
 
 #include "analysis.hpp"
 #include "stages.hpp"
@@ -34,6 +35,14 @@ Result analyze(const Input& in) {
     j.parallelism.dp = 1;
     for (const auto& g : s.dp_groups)
       j.parallelism.dp = std::max(j.parallelism.dp, static_cast<int>(g.size()));
+
+    {
+      std::map<std::pair<uint32_t, uint32_t>, int> per_pair;
+      for (uint32_t c : slice.conns) per_pair[std::minmax(n.conns[c].a, n.conns[c].b)]++;
+      std::vector<double> counts;
+      for (auto& [k, v] : per_pair) counts.push_back(v);
+      j.parallelism.tp_hint = static_cast<int>(median(counts) + 0.5);
+    }
 
     Timeline t = build_timeline(n, slice, s);
     for (size_t i = 0; i + 1 < t.boundaries.size(); ++i) {

@@ -75,6 +75,10 @@ struct Parallelism {
   int pp = 1;
   std::vector<std::vector<std::string>> dp_groups;
   std::vector<std::vector<std::string>> stages;
+  // Extra: ranks per node (tensor parallelism inside a node), inferred from the number of parallel training
+  // connections between two nodes (every rank of a node talks to its counterpart on the peer node over its
+  // own connection); 0 when not inferable.
+  int tp_hint = 0;
 };
 
 struct Job {

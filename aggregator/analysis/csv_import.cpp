@@ -2,6 +2,8 @@
 // file mapping addresses to node names. Bad input is an error naming the file and line, never a crash.
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
+#include <memory>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -27,6 +29,32 @@ std::vector<std::string> split(const std::string& line, char sep) {
   while (std::getline(in, cur, sep)) out.push_back(trim(cur));
   if (!line.empty() && line.back() == sep) out.emplace_back();
   return out;
+}
+
+// Whole file as text; *.gz through `gzip -dc` (the testbed's recordings are gzipped; gzip is an essential
+// Debian package, and a pipe keeps the build free of another library). nullopt on any read failure.
+std::optional<std::string> read_all(const std::string& path) {
+  if (path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0) {
+    if (path.find('\'') != std::string::npos) return std::nullopt;
+    if (FILE* probe = std::fopen(path.c_str(), "rb"))
+      std::fclose(probe);
+    else
+      return std::nullopt;
+    std::string cmd = "gzip -dc -- '" + path + "'";
+    std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
+    if (!pipe) return std::nullopt;
+    std::string out;
+    char buf[65536];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, pipe.get())) > 0) out.append(buf, n);
+    if (pclose(pipe.release()) != 0) return std::nullopt;
+    return out;
+  }
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return std::nullopt;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
 template <typename T>
@@ -61,11 +89,12 @@ std::optional<Input> load_csv(const std::string& path, const std::string& topolo
     }
   }
 
-  std::ifstream f(path);
-  if (!f) {
-    err = path + ": cannot open";
+  auto text = read_all(path);
+  if (!text) {
+    err = path + ": cannot open or read";
     return std::nullopt;
   }
+  std::istringstream f(*text);
   std::string line;
   if (!std::getline(f, line)) {
     err = path + ": empty file (expected a header line)";
@@ -80,7 +109,8 @@ std::optional<Input> load_csv(const std::string& path, const std::string& topolo
       return std::nullopt;
     }
   auto opt = [&](const char* name) { return col.count(name) ? static_cast<long>(col[name]) : -1L; };
-  long c_proto = opt("proto"), c_qpn = opt("qpn"), c_packets = opt("packets"), c_node = opt("node");
+  long c_proto = opt("proto"), c_qpn = opt("qpn"), c_packets = opt("packets"), c_node = opt("node"),
+       c_flags = opt("tcp_flags");
 
   for (size_t ln = 2; std::getline(f, line); ++ln) {
     if (trim(line).empty()) continue;
@@ -120,6 +150,9 @@ std::optional<Input> load_csv(const std::string& path, const std::string& topolo
         !parse_num(v[static_cast<size_t>(c_packets)], e.packets))
       return bad("packets is not a number");
     if (c_node >= 0) e.observer = v[static_cast<size_t>(c_node)];
+    if (c_flags >= 0 && !v[static_cast<size_t>(c_flags)].empty() &&
+        !parse_num(v[static_cast<size_t>(c_flags)], e.tcp_flags))
+      return bad("tcp_flags is not a number");
     in.now_ns = std::max(in.now_ns, e.last_ns);
     in.events.push_back(std::move(e));
   }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 
 #include "stages.hpp"
@@ -17,10 +18,12 @@ namespace netprism::analysis {
 namespace {
 
 // slow_iteration: robust z-score with k = 5 on median/MAD (1.4826 MAD estimates sigma for Gaussian noise;
-// k = 5 gives ~3e-7 false alarms per healthy iteration) and at least 15 % above the median, so that the
-// sub-percent noise of a very steady job cannot turn a 2 % wobble into a finding.
+// k = 5 gives ~3e-7 false alarms per healthy iteration) and at least 50 % above the median: a steady job's
+// sub-percent MAD would otherwise turn a 2 % wobble into a finding, and on shared hosts a healthy step
+// stretches by a third from scheduling alone (measured on the testbed: +37 % once in a healthy PP4 run), so
+// "far above its baseline" starts at 1.5x.
 constexpr double kSlowIterK = 5.0;
-constexpr double kSlowIterMinExcess = 0.15;
+constexpr double kSlowIterMinExcess = 0.5;
 // The first two iterations seen carry warm-up (allocator growth, lazy initialisation, connection set-up);
 // they are excluded from baselines and findings.
 constexpr size_t kWarmup = 2;
@@ -65,55 +68,192 @@ int first_run(const std::vector<char>& flags) {
   return -1;
 }
 
-// compute[i][v]: own compute of node v (index into job.nodes) in iteration i.
-std::vector<std::vector<double>> own_compute(const Normalized& n, const JobSlice& job, const Structure& s,
-                                             const Timeline& t) {
+// unit[i][k]: the median compute span of node job.nodes[k] in iteration i: over its pipeline sends, the
+// time since its previous send or, when it received something after that send, since the first such
+// message (what it was waiting for: a node that waits starts computing when its input arrives; a busy
+// node's inputs are already queued, and messages landing in the middle of its compute must not cut the
+// span short). So a span is compute, not waiting (one micro-batch's forward or backward; the first stage's
+// first forward of an iteration also holds the synchronisation, the median ignores it). Comparing a node with
+// its same-stage DP peers, or with its own earlier iterations, tells which node of a late pipeline is the
+// slow one. Messages under a quarter of the job's typical pipeline message (barriers, notifications) are not
+// inputs or outputs. 0 = not seen.
+std::vector<std::vector<double>> unit_compute(const Normalized& n, const JobSlice& job, const Structure& s,
+                                              const Timeline& t) {
   size_t iters = t.boundaries.size() > 1 ? t.boundaries.size() - 1 : 0;
   std::vector<int> pos(n.nodes.size(), -1);
   for (size_t k = 0; k < job.nodes.size(); ++k) pos[job.nodes[k]] = static_cast<int>(k);
-  std::vector<std::vector<double>> out(iters, std::vector<double>(job.nodes.size(), 0));
-  // Events per node in time order: (time, kind) with kind 0 = received (t1), 1 = sent (t0, with its t1).
+  std::vector<double> sizes;
+  for (const Xfer& x : job.xfers)
+    if (s.stage_of[x.src] != s.stage_of[x.dst]) sizes.push_back(static_cast<double>(x.bytes));
+  double min_bytes = 0.25 * typical_size(sizes);
   struct Ev {
     uint64_t t;
-    uint64_t t_end;
     bool send;
   };
   std::vector<std::vector<Ev>> ev(job.nodes.size());
   for (const Xfer& x : job.xfers) {
-    if (s.stage_of[x.src] == s.stage_of[x.dst]) continue;  // DP traffic: only the join counts, added below
-    ev[static_cast<size_t>(pos[x.src])].push_back({x.t0, x.t1, true});
-    ev[static_cast<size_t>(pos[x.dst])].push_back({x.t1, x.t1, false});
+    if (s.stage_of[x.src] == s.stage_of[x.dst] || static_cast<double>(x.bytes) < min_bytes) continue;
+    ev[static_cast<size_t>(pos[x.src])].push_back({x.t0, true});
+    ev[static_cast<size_t>(pos[x.dst])].push_back({x.t1, false});
   }
-  for (size_t i = 0; i < t.syncs.size(); ++i)
-    for (size_t g = 0; g < s.dp_groups.size(); ++g)
-      for (size_t m = 0; m < s.dp_groups[g].size(); ++m)
-        if (!t.syncs[i][g].join.empty() && t.syncs[i][g].join[m])
-          ev[static_cast<size_t>(pos[s.dp_groups[g][m]])].push_back(
-              {t.syncs[i][g].join[m], t.syncs[i][g].end, true});
+  std::vector<std::vector<std::vector<double>>> spans(iters,
+                                                      std::vector<std::vector<double>>(job.nodes.size()));
   for (size_t k = 0; k < ev.size(); ++k) {
     auto& e = ev[k];
     std::sort(e.begin(), e.end(), [](const Ev& a, const Ev& b) { return a.t < b.t; });
-    uint64_t last_in = 0, last_out = 0;
+    uint64_t last_send = 0, first_recv = 0;  // first receive since the last send
     for (const Ev& x : e) {
       if (!x.send) {
-        last_in = std::max(last_in, x.t);
+        if (!first_recv) first_recv = x.t;
         continue;
       }
-      auto it = std::upper_bound(t.boundaries.begin(), t.boundaries.end(), x.t);
-      if (it == t.boundaries.begin() || it == t.boundaries.end()) {
-        last_out = std::max(last_out, x.t_end);
-        continue;
+      uint64_t from = std::max(last_send, first_recv);
+      if (last_send && x.t > from) {
+        auto it = std::upper_bound(t.boundaries.begin(), t.boundaries.end(), x.t);
+        if (it != t.boundaries.begin() && it != t.boundaries.end())
+          spans[static_cast<size_t>(it - t.boundaries.begin()) - 1][k].push_back(
+              static_cast<double>(x.t - from));
       }
-      size_t i = static_cast<size_t>(it - t.boundaries.begin()) - 1;
-      uint64_t ready = std::max({last_in, last_out, t.boundaries[i]});
-      if (x.t > ready) out[i][k] += static_cast<double>(x.t - ready);
-      last_out = std::max(last_out, x.t_end);
+      last_send = x.t;
+      first_recv = 0;
     }
   }
+  std::vector<std::vector<double>> out(iters, std::vector<double>(job.nodes.size(), 0));
+  for (size_t i = 0; i < iters; ++i)
+    for (size_t k = 0; k < job.nodes.size(); ++k) out[i][k] = median(spans[i][k]);
   return out;
 }
 
 }  // namespace
+
+namespace {}  // namespace
+
+void straggler_findings(const Normalized& n, const JobSlice& job, const Structure& s, const Timeline& t,
+                        const std::vector<Iteration>& its, const std::vector<char>& near_slow_link,
+                        std::vector<Finding>& out) {
+  size_t iters = its.size();
+  double step = t.step_ns;
+  std::vector<int> pos(n.nodes.size(), -1);
+  for (size_t k = 0; k < job.nodes.size(); ++k) pos[job.nodes[k]] = static_cast<int>(k);
+  auto unit = unit_compute(n, job, s, t);
+  // Pipelines (replicas): chains over pipeline edges from each first-stage node.
+  std::vector<std::vector<uint32_t>> down(n.nodes.size());
+  for (const auto& e : s.edges)
+    if (e.role == EdgeRole::pp) down[e.u].push_back(e.v);
+  std::vector<int> chain_of(n.nodes.size(), -1);
+  std::vector<std::vector<size_t>> chains;  // positions in job.nodes, first stage first
+  for (uint32_t v : job.nodes)
+    if (s.stage_of[v] == 0) {
+      std::vector<size_t> c{static_cast<size_t>(pos[v])};
+      for (uint32_t cur = v; down[cur].size() == 1; cur = down[cur][0])
+        c.push_back(static_cast<size_t>(pos[down[cur][0]]));
+      for (size_t k : c) chain_of[job.nodes[k]] = static_cast<int>(chains.size());
+      chains.push_back(std::move(c));
+    }
+
+  // Late pipelines: per iteration and DP group, a member that joins the synchronisation at least 10 % of a
+  // step after the median of the others makes them all wait that long. Without DP, a pipeline is late when
+  // its step exceeds its own baseline (the first third after warm-up) by 10 %.
+  std::vector<std::vector<char>> flag(chains.size(), std::vector<char>(iters, 0));
+  std::vector<std::vector<double>> late(chains.size(), std::vector<double>(iters, 0));
+  std::vector<double> base_step;
+  for (size_t i = kWarmup; i < kWarmup + std::max<size_t>(kPersist, (iters - kWarmup) / 3) && i < iters; ++i)
+    base_step.push_back(static_cast<double>(its[i].duration_ns));
+  double baseline = median(base_step);
+  for (size_t i = kWarmup; i < iters; ++i) {
+    if (!s.dp_groups.empty()) {
+      for (size_t g = 0; g < s.dp_groups.size(); ++g) {
+        const auto& gs = t.syncs[i][g];
+        if (gs.join.empty() || std::count(gs.join.begin(), gs.join.end(), 0u)) continue;
+        // Lateness against the median of the other members; for large groups the median of all members
+        // (the same to within one member) keeps this linear in the group size.
+        std::vector<double> all(gs.join.begin(), gs.join.end());
+        double med_all = median(all);
+        for (size_t m = 0; m < gs.join.size(); ++m) {
+          double ref_join = med_all;
+          if (gs.join.size() <= 16) {
+            std::vector<double> others;
+            for (size_t o = 0; o < gs.join.size(); ++o)
+              if (o != m) others.push_back(static_cast<double>(gs.join[o]));
+            ref_join = median(others);
+          }
+          double l = static_cast<double>(gs.join[m]) - ref_join;
+          int c = chain_of[s.dp_groups[g][m]];
+          if (c < 0 || l < kStragglerExcess * step) continue;
+          flag[static_cast<size_t>(c)][i] = 1;
+          late[static_cast<size_t>(c)][i] = std::max(late[static_cast<size_t>(c)][i], l);
+        }
+      }
+    } else if (chains.size() == 1) {
+      double l = static_cast<double>(its[i].duration_ns) - baseline;
+      if (l >= kStragglerExcess * baseline) {
+        flag[0][i] = 1;
+        late[0][i] = l;
+      }
+    }
+  }
+  for (size_t c = 0; c < chains.size(); ++c) {
+    int first = first_run(flag[c]);
+    if (first < 0) continue;
+    const auto& chain = chains[c];
+    // Which node of the late pipeline: the one whose own compute grew most, against its same-stage peers
+    // (other replicas) or, without replicas, against its own iterations before the slowdown.
+    std::vector<double> ratio(chain.size(), 0);
+    for (size_t st = 0; st < chain.size(); ++st) {
+      std::vector<double> r;
+      for (size_t i = static_cast<size_t>(first); i < iters; ++i) {
+        if (!flag[c][i] || unit[i][chain[st]] <= 0) continue;
+        double ref = 0;
+        if (chains.size() > 1) {
+          std::vector<double> peers;
+          for (size_t o = 0; o < chains.size(); ++o)
+            if (o != c && st < chains[o].size() && unit[i][chains[o][st]] > 0)
+              peers.push_back(unit[i][chains[o][st]]);
+          ref = median(peers);
+        } else {
+          std::vector<double> b;
+          for (size_t j = kWarmup; j < static_cast<size_t>(first); ++j)
+            if (unit[j][chain[st]] > 0) b.push_back(unit[j][chain[st]]);
+          ref = median(b);
+        }
+        if (ref > 0) r.push_back(unit[i][chain[st]] / ref);
+      }
+      ratio[st] = median(r);
+    }
+    size_t who = chain[static_cast<size_t>(std::max_element(ratio.begin(), ratio.end()) - ratio.begin())];
+    uint32_t v = job.nodes[who];
+    if (near_slow_link[v]) continue;
+    std::vector<double> ex, whatif;
+    for (size_t i = static_cast<size_t>(first); i < iters; ++i)
+      if (flag[c][i]) {
+        ex.push_back(late[c][i]);
+        whatif.push_back(static_cast<double>(its[i].duration_ns) - late[c][i]);
+      }
+    Finding f;
+    f.kind = "straggler";
+    f.subject = n.nodes[v];
+    f.first_iteration = first;
+    f.start_ns = its[static_cast<size_t>(first)].start_ns;
+    double mex = median(ex);
+    f.severity = mex / step;
+    f.whatif_step_time_ms = median(whatif) / 1e6;
+    std::string infl;
+    for (size_t st = 0; st < chain.size(); ++st)
+      infl += (st ? ", " : "") + n.nodes[job.nodes[chain[st]]] + " " + fmt("x%.2f", ratio[st]);
+    f.evidence = (s.dp_groups.empty() ? "steps exceed the job's baseline (" + ms(baseline) + ") by a median "
+                                      : "its pipeline joins the DP synchronisation a median ") +
+                 ms(mex) + (s.dp_groups.empty() ? "" : " after its DP peers") + " (" +
+                 fmt("%.0f", 100 * mex / step) + " % of the " + ms(step) + " step) in " +
+                 std::to_string(ex.size()) + " iterations from " + std::to_string(first) +
+                 " (threshold 10 % of a step, 3 consecutive)";
+    if (chain.size() > 1)
+      f.evidence += "; shortest compute span per stage of that pipeline vs " +
+                    std::string(chains.size() > 1 ? "the same stage of the other replicas"
+                                                  : "its own earlier iterations") +
+                    ": " + infl + " (the largest names the node)";
+    out.push_back(std::move(f));
+  }
+}
 
 std::string job_state(const Normalized& n, const JobSlice& job, double step_ns, size_t iterations) {
   uint64_t now_ns = n.now_ns;
@@ -178,67 +318,9 @@ std::vector<Finding> diagnose(const Normalized& n, const JobSlice& job, const St
       f.severity = worst / med;
       f.evidence = "iterations " + std::to_string(i) + "-" + std::to_string(j - 1) + ": longest " +
                    ms(worst) + " vs median " + ms(med) + " (MAD sigma " + ms(sig) + "; threshold " + ms(thr) +
-                   " = median + max(5 sigma, 15 %))";
+                   " = median + max(5 sigma, 50 %))";
       out.push_back(std::move(f));
       i = j;
-    }
-  }
-
-  // --- straggler
-  if (iters > kWarmup + kPersist && step > 0) {
-    auto comp = own_compute(n, job, s, t);
-    std::vector<int> pos(n.nodes.size(), -1);
-    for (size_t k = 0; k < job.nodes.size(); ++k) pos[job.nodes[k]] = static_cast<int>(k);
-    for (size_t k = 0; k < job.nodes.size(); ++k) {
-      uint32_t v = job.nodes[k];
-      const auto& stage = s.stages[static_cast<size_t>(s.stage_of[v])];
-      std::vector<size_t> peers;
-      for (uint32_t u : stage)
-        if (u != v) peers.push_back(static_cast<size_t>(pos[u]));
-      // Baseline for a node without same-stage peers: its own median over the first third after warm-up.
-      double own_base = 0;
-      if (peers.empty()) {
-        std::vector<double> b;
-        for (size_t i = kWarmup; i < kWarmup + std::max<size_t>(kPersist, (iters - kWarmup) / 3) && i < iters;
-             ++i)
-          b.push_back(comp[i][k]);
-        own_base = median(b);
-      }
-      std::vector<char> flag(iters, 0);
-      std::vector<double> excess(iters, 0);
-      for (size_t i = kWarmup; i < iters; ++i) {
-        double ref = own_base;
-        if (!peers.empty()) {
-          std::vector<double> pv;
-          for (size_t p : peers) pv.push_back(comp[i][p]);
-          ref = median(pv);
-        }
-        excess[i] = comp[i][k] - ref;
-        flag[i] = excess[i] >= kStragglerExcess * step;
-      }
-      int first = first_run(flag);
-      if (first < 0) continue;
-      std::vector<double> ex, whatif;
-      for (size_t i = static_cast<size_t>(first); i < iters; ++i)
-        if (flag[i]) {
-          ex.push_back(excess[i]);
-          whatif.push_back(static_cast<double>(its[i].duration_ns) - excess[i]);
-        }
-      Finding f;
-      f.kind = "straggler";
-      f.subject = n.nodes[v];
-      f.first_iteration = first;
-      f.start_ns = its[static_cast<size_t>(first)].start_ns;
-      double mex = median(ex);
-      f.severity = mex / step;
-      f.whatif_step_time_ms = median(whatif) / 1e6;
-      std::string ref = peers.empty() ? "its own baseline (median " + ms(own_base) + ")"
-                                      : std::to_string(peers.size()) + " same-stage peer(s)";
-      f.evidence = "own compute exceeds " + ref + " by a median " + ms(mex) + " (" +
-                   fmt("%.0f", 100 * mex / step) + " % of the " + ms(step) + " step) in " +
-                   std::to_string(ex.size()) + " iterations from " + std::to_string(first) +
-                   "; threshold 10 % of a step in 3 consecutive iterations";
-      out.push_back(std::move(f));
     }
   }
 
@@ -307,6 +389,34 @@ std::vector<Finding> diagnose(const Normalized& n, const JobSlice& job, const St
     }
   }
 
+  // One finding per node pair: both directions of a shaped link are slow together.
+  for (size_t a = 0; a < out.size(); ++a) {
+    if (out[a].kind != "slow_link") continue;
+    auto arrow = out[a].subject.find("->");
+    if (arrow == std::string::npos || out[a].subject.find("<->") != std::string::npos) continue;
+    std::string rev = out[a].subject.substr(arrow + 2) + "->" + out[a].subject.substr(0, arrow);
+    for (size_t b = a + 1; b < out.size(); ++b)
+      if (out[b].kind == "slow_link" && out[b].subject == rev) {
+        out[a].subject = out[a].subject.substr(0, arrow) + "<->" + out[a].subject.substr(arrow + 2);
+        out[a].severity = std::max(out[a].severity, out[b].severity);
+        out[a].first_iteration = std::min(out[a].first_iteration, out[b].first_iteration);
+        out[a].start_ns = std::min(out[a].start_ns, out[b].start_ns);
+        out[a].evidence = "both directions: " + out[a].evidence + "; reverse: " + out[b].evidence;
+        out.erase(out.begin() + static_cast<long>(b));
+        break;
+      }
+  }
+
+  // --- straggler
+  // Links found slow explain the waiting of the nodes they feed: no straggler is named next to one.
+  std::vector<char> near_slow_link(n.nodes.size(), 0);
+  for (const auto& f : out)
+    if (f.kind == "slow_link")
+      for (const auto& e : s.edges)
+        for (uint32_t a : {e.u, e.v})
+          if (f.subject.find(n.nodes[a]) != std::string::npos) near_slow_link[e.u] = near_slow_link[e.v] = 1;
+  if (iters > kWarmup + kPersist && step > 0) straggler_findings(n, job, s, t, its, near_slow_link, out);
+
   // --- hang
   if (state == "hung") {
     std::map<uint32_t, uint64_t> last_send;
@@ -330,8 +440,8 @@ std::vector<Finding> diagnose(const Normalized& n, const JobSlice& job, const St
                  ms(step) + ", threshold max(2 steps, 1.5 s)) while its connections stay open";
     if (n.offline) {
       f.severity = 1;
-      f.evidence = "the recording's periodic traffic stops after " + std::to_string(iters) + " iterations (step " +
-                   ms(step) + ") without the connections being torn down";
+      f.evidence = "the recording's periodic traffic stops after " + std::to_string(iters) +
+                   " iterations (step " + ms(step) + ") without the connections being torn down";
     }
     if (f.subject != job_id)
       f.evidence += "; " + f.subject + " sent last at " + std::to_string(order[0].first) + ", " +

@@ -8,6 +8,9 @@
 // exchanges are symmetric (both peers send the same volume in the same window), so neither orientation
 // stays negative for long; ring all-reduce among three or more nodes is even one-way per edge.
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <numeric>
 
@@ -26,29 +29,58 @@ constexpr double kOneWayRatio = 0.10;
 // side.
 constexpr double kPipelineNegativeShare = 0.20;
 
+// Quiet gap that separates episodes of one edge: longer than the spacing of packets and chunks inside one
+// message or one all-reduce (sub-millisecond to a few ms), shorter than any compute between messages.
+constexpr uint64_t kEpisodeGapNs = 5'000'000;
+constexpr double kResidueShare = 0.25;
+
 struct EdgeData {
   Edge e;
+  double confidence = 0;  // pipeline edges: |negative share forward - reverse|
   std::vector<const Xfer*> xs;
 };
 
-// Share of [first, last] during which "u->v sent (counted at start) minus v->u received (counted at end)"
-// is below -eps. v->u volumes are scaled to u->v's total so that a size mismatch does not drift.
-double negative_share(const std::vector<const Xfer*>& xs, uint32_t u, double scale_vu, double eps) {
+// Share of time during which "u->v sent (counted at start) minus v->u received (counted at end)" is below
+// -eps. Volumes are not rescaled: activations and their gradients, and the two halves of a DP exchange, have
+// equal sizes. At every quiet gap a residue below eps (a retransmission, headers) is reset so that it cannot
+// accumulate over a long run.
+double negative_share(const std::vector<const Xfer*>& xs, uint32_t u, double eps) {
+  // Episodes on the time-sorted transfers (xs is sorted by t0).
+  std::vector<size_t> cut;  // index of the first transfer of each episode
+  uint64_t run_end = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (i == 0 || xs[i]->t0 > run_end + kEpisodeGapNs) cut.push_back(i);
+    run_end = std::max(run_end, xs[i]->t1);
+  }
+  if (cut.size() < 2) return 0;
+  size_t from = 0, to = xs.size();
   std::vector<std::pair<uint64_t, double>> ev;
-  ev.reserve(xs.size());
-  uint64_t lo = UINT64_MAX, hi = 0;
-  for (const Xfer* x : xs) {
+  for (size_t i = from; i < to; ++i) {
+    const Xfer* x = xs[i];
     if (x->src == u)
       ev.emplace_back(x->t0, static_cast<double>(x->bytes));
     else
-      ev.emplace_back(x->t1, -static_cast<double>(x->bytes) * scale_vu);
-    lo = std::min(lo, x->t0);
-    hi = std::max(hi, x->t1);
+      ev.emplace_back(x->t1, -static_cast<double>(x->bytes));
   }
-  if (hi <= lo) return 0;
+  // Snap points: the start of every episode after the first, with the volume of the episode that ended.
+  std::vector<std::pair<uint64_t, double>> snap;
+  for (size_t k = 1; k < cut.size(); ++k) {
+    double vol = 0;
+    for (size_t i = cut[k - 1]; i < cut[k]; ++i) vol += static_cast<double>(xs[i]->bytes);
+    snap.emplace_back(xs[cut[k]]->t0, vol);
+  }
   std::sort(ev.begin(), ev.end());
+  uint64_t lo = xs[from]->t0, hi = ev.back().first;
+  if (hi <= lo) return 0;
   double bal = 0, neg = 0;
+  size_t sn = 0;
   for (size_t i = 0; i < ev.size(); ++i) {
+    while (sn < snap.size() && snap[sn].first <= ev[i].first) {
+      // A residue under a quarter of the episode's volume is not an outstanding message: pipeline episodes
+      // are one or two messages, so an outstanding one is at least half the episode.
+      if (std::fabs(bal) < std::max(eps, kResidueShare * snap[sn].second)) bal = 0;
+      ++sn;
+    }
     bal += ev[i].second;
     uint64_t next = i + 1 < ev.size() ? ev[i + 1].first : hi;
     if (bal < -eps) neg += static_cast<double>(next - ev[i].first);
@@ -77,14 +109,17 @@ Structure infer_structure(const Normalized& n, const JobSlice& job) {
     if (lo < kOneWayRatio * hi) continue;
     std::vector<double> sizes;
     for (const Xfer* x : d.xs) sizes.push_back(static_cast<double>(x->bytes));
-    double eps = 0.5 * median(sizes);
-    double fwd = negative_share(d.xs, d.e.u,
-                                static_cast<double>(d.e.bytes_uv) / static_cast<double>(d.e.bytes_vu), eps);
-    double rev = negative_share(d.xs, d.e.v,
-                                static_cast<double>(d.e.bytes_vu) / static_cast<double>(d.e.bytes_uv), eps);
+    double eps = 0.5 * typical_size(sizes);
+    double fwd = negative_share(d.xs, d.e.u, eps);
+    double rev = negative_share(d.xs, d.e.v, eps);
+    if (std::getenv("NP_ANALYSIS_DEBUG"))
+      std::fprintf(stderr, "edge %s-%s bytes %llu/%llu neg fwd %.3f rev %.3f\n", n.nodes[d.e.u].c_str(),
+                   n.nodes[d.e.v].c_str(), static_cast<unsigned long long>(d.e.bytes_uv),
+                   static_cast<unsigned long long>(d.e.bytes_vu), fwd, rev);
     // fwd: share negative when u is taken as upstream. The true orientation stays non-negative.
     if (std::max(fwd, rev) < kPipelineNegativeShare) continue;
     d.e.role = EdgeRole::pp;
+    d.confidence = std::fabs(fwd - rev);
     if (fwd > rev) {
       std::swap(d.e.u, d.e.v);
       std::swap(d.e.bytes_uv, d.e.bytes_vu);
@@ -98,17 +133,40 @@ Structure infer_structure(const Normalized& n, const JobSlice& job) {
 
   // Pipeline depth: longest path from a source over oriented pipeline edges (Bellman-Ford style relaxation,
   // bounded by the node count so an inconsistent cycle cannot loop forever).
-  std::vector<std::pair<uint32_t, uint32_t>> pp;
-  for (auto& [key, d] : edges)
-    if (d.e.role == EdgeRole::pp) pp.emplace_back(d.e.u, d.e.v);
-  for (size_t round = 0; round < job.nodes.size(); ++round) {
-    bool changed = false;
-    for (auto [u, v] : pp)
-      if (s.stage_of[v] < s.stage_of[u] + 1) {
-        s.stage_of[v] = s.stage_of[u] + 1;
-        changed = true;
-      }
-    if (!changed) break;
+  auto depths = [&]() {
+    for (uint32_t v : job.nodes) s.stage_of[v] = 0;
+    std::vector<std::pair<uint32_t, uint32_t>> pp;
+    for (auto& [key, d] : edges)
+      if (d.e.role == EdgeRole::pp) pp.emplace_back(d.e.u, d.e.v);
+    for (size_t round = 0; round < job.nodes.size(); ++round) {
+      bool changed = false;
+      for (auto [u, v] : pp)
+        if (s.stage_of[v] < s.stage_of[u] + 1 && s.stage_of[u] + 1 < static_cast<int>(job.nodes.size())) {
+          s.stage_of[v] = s.stage_of[u] + 1;
+          changed = true;
+        }
+      if (!changed) break;
+    }
+  };
+  // Every stage of a DP x PP job holds the same number of nodes, and every pipeline edge joins adjacent
+  // stages. When the edges read as pipeline ones violate that, the least certain of them (a DP exchange
+  // distorted by a fault, e.g. a shaped link that turns one direction into a trickle) is taken back as DP,
+  // one at a time.
+  auto consistent = [&]() {
+    std::map<int, size_t> size;
+    for (uint32_t v : job.nodes) size[s.stage_of[v]]++;
+    for (auto& [st, c] : size)
+      if (c != size.begin()->second) return false;
+    for (auto& [key, d] : edges)
+      if (d.e.role == EdgeRole::pp && s.stage_of[d.e.v] != s.stage_of[d.e.u] + 1) return false;
+    return true;
+  };
+  for (depths(); !consistent(); depths()) {
+    EdgeData* weakest = nullptr;
+    for (auto& [key, d] : edges)
+      if (d.e.role == EdgeRole::pp && (!weakest || d.confidence < weakest->confidence)) weakest = &d;
+    if (!weakest) break;
+    weakest->e.role = EdgeRole::dp;
   }
 
   // DP groups: connected components of DP edges.

@@ -6,6 +6,9 @@
 //     -> parallelism (edge roles, DP groups, pipeline order)
 //     -> timeline (iteration boundaries, per-node phases)
 //     -> diagnosis (straggler, slow_link, slow_iteration, hang) and job state
+//
+// NP_ANALYSIS_DEBUG=1 in the environment prints each edge's role evidence and each DP group's
+// synchronisation detection to stderr (for looking at a new recording).
 #pragma once
 
 #include <cstdint>
@@ -110,5 +113,6 @@ std::string job_state(const Normalized& n, const JobSlice& job, double step_ns, 
 // Robust statistics shared by the stages.
 double median(std::vector<double> v);
 double mad(const std::vector<double>& v, double med);
+double typical_size(std::vector<double> sizes);
 
 }  // namespace netprism::analysis

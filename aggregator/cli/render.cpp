@@ -165,7 +165,16 @@ std::string render_jobs(const json& doc) {
     std::string its = j.contains("iterations") && j["iterations"].is_array()
                           ? std::to_string(j["iterations"].size())
                           : u(j, "iterations");
-    t.add({u(j, "id"), u(j, "state"), join(arr(j, "nodes")), its, fixed(step, 1)});
+    // Large jobs: the first few nodes and a count keep the table readable (`job ID` lists them all).
+    const auto& nodes = arr(j, "nodes");
+    std::string shown;
+    if (nodes.size() <= 6) {
+      shown = join(nodes);
+    } else {
+      for (std::size_t i = 0; i < 3; ++i) shown += (i ? "," : "") + nodes[i].get<std::string>();
+      shown += ",... (" + std::to_string(nodes.size()) + " nodes)";
+    }
+    t.add({u(j, "id"), u(j, "state"), shown, its, fixed(step, 1)});
   }
   if (jobs.empty()) return "no jobs recognised yet\n";
   return t.str();

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "log.hpp"
+#include "zstd_blob.hpp"
 #include "netprism/wire.hpp"
 
 namespace netprism::daemon {
@@ -24,6 +25,11 @@ struct Ingest::Frame {
   zmq::message_t identity;
   zmq::message_t payload;
   std::size_t parts = 0;  // payload frames received (more than one is malformed; extras are discarded)
+  // Filled in parallel before the ordered, transactional part:
+  wire::DecodeResult decoded;
+  std::string compressed;  // zstd of the payload, for batches
+  bool compress_failed = false;
+  std::string_view bytes() const { return {static_cast<const char*>(payload.data()), payload.size()}; }
 };
 
 Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live)
@@ -31,7 +37,9 @@ Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalys
       reg_(reg),
       live_(live),
       store_(s.data_dir, store::Db::Mode::kReadWrite, static_cast<int>(s.zstd_level)),
-      router_(ctx, zmq::socket_type::router) {
+      router_(ctx, zmq::socket_type::router),
+      pool_(std::make_unique<WorkerPool>(s.ingest_threads > 1 ? static_cast<std::size_t>(s.ingest_threads - 1)
+                                                              : 0)) {
   router_.set(zmq::sockopt::linger, 1000);  // finite: shutdown never hangs on a vanished agent
   // ZeroMQ drops a peer that sends a larger frame before allocating it; twice our own limit so that frames
   // between the two are still received, answered with a reason and counted.
@@ -45,7 +53,8 @@ Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalys
 }
 
 void Ingest::run(std::stop_token stop) {
-  auto last_retention = std::chrono::steady_clock::now();
+  // First pass right at start: bounds changed in the config apply at once, not 30 s later.
+  auto last_retention = std::chrono::steady_clock::now() - kRetentionEvery;
   std::vector<Frame> group;
   while (!stop.stop_requested()) {
     zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0}};
@@ -96,7 +105,7 @@ void Ingest::process(std::vector<Frame>& group) {
   std::vector<Reply> replies;
   std::vector<Applied> applied;
   std::set<std::pair<std::string, uint64_t>> hello_here;  // registered earlier in this same group
-  uint64_t dups = 0, unknown = 0;
+  uint64_t dups = 0, unknown = 0, group_bytes = 0;
 
   auto reject = [&](Frame& f, const std::string& reason, uint64_t epoch = 0, uint64_t seq = 0) {
     reg_.count_reject(reason);
@@ -107,6 +116,16 @@ void Ingest::process(std::vector<Frame>& group) {
     return hello_here.count({node, epoch}) || reg_.known(node, epoch);
   };
 
+  // Decode and compress every message in parallel (pure per-message work); the rest stays in order.
+  pool_->parallel_for(group.size(), [&](std::size_t i) {
+    Frame& f = group[i];
+    if (f.parts != 1) return;
+    f.decoded = wire::decode(f.bytes(), limits);
+    if (f.decoded && f.decoded.message->type == MsgType::kBatch)
+      f.compress_failed =
+          !store::zstd_compress_into(f.bytes(), static_cast<int>(s_.zstd_level), f.compressed);
+  });
+
   bool committed = false;
   try {
     store::Transaction tx(store_.db());
@@ -115,8 +134,7 @@ void Ingest::process(std::vector<Frame>& group) {
         reject(f, "expected one payload frame, got " + std::to_string(f.parts));
         continue;
       }
-      auto d = wire::decode(std::string_view(static_cast<const char*>(f.payload.data()), f.payload.size()),
-                            limits);
+      auto& d = f.decoded;
       if (!d) {
         reject(f, d.error);
         continue;
@@ -144,11 +162,12 @@ void Ingest::process(std::vector<Frame>& group) {
                                false});
             break;
           }
-          std::string_view bytes(static_cast<const char*>(f.payload.data()), f.payload.size());
-          bool fresh = store_.insert_batch(b, bytes, now);
+          if (f.compress_failed) throw store::SqliteError("zstd compression failed");
+          bool fresh = store_.insert_compressed(b, f.compressed, f.payload.size(), now);
           uint64_t records = fresh ? store::span_of(b).records : 0;
           store_.touch_node(b.node, now, records, &b.counters, std::nullopt);
           if (!fresh) dups++;
+          if (fresh) group_bytes += f.compressed.size();
           replies.push_back({&f.identity,
                              wire::encode(Ack{b.epoch, b.seq, fresh ? AckStatus::kOk : AckStatus::kDuplicate,
                                               "", now_unix_ns()}),
@@ -175,12 +194,11 @@ void Ingest::process(std::vector<Frame>& group) {
             break;
           }
           store_.touch_node(h.node, now, 0, &h.counters, std::nullopt);
-          Applied a;
-          a.seen_node = h.node;
-          a.sent_ns = h.sent_ns;
-          a.counters = std::move(h.counters);
-          a.heartbeat = true;
-          applied.push_back(std::move(a));
+          applied.emplace_back();
+          applied.back().seen_node = h.node;
+          applied.back().sent_ns = h.sent_ns;
+          applied.back().counters = std::move(h.counters);
+          applied.back().heartbeat = true;
           break;
         }
         case MsgType::kAck:
@@ -217,6 +235,8 @@ void Ingest::process(std::vector<Frame>& group) {
     c.messages += group.size();
     c.batches_stored += stored;
     c.records_stored += records;
+    c.store_batches += stored;
+    c.store_bytes += committed ? group_bytes : 0;
     c.duplicates += committed ? dups : 0;
     c.unknown_node += unknown;
     for (auto& a : applied)
@@ -241,9 +261,15 @@ void Ingest::retention() {
       uint64_t now = now_unix_ns();
       min_last = now > age ? now - age : 0;
     }
-    auto r = store_.apply_retention(min_last, static_cast<uint64_t>(s_.retention_bytes));
+    uint64_t current = 0;
+    reg_.with_counters([&](IngestCounters& c) { current = c.store_bytes; });
+    auto r = store_.apply_retention(min_last, static_cast<uint64_t>(s_.retention_bytes), current);
     if (r.deleted_batches > 0) {
-      reg_.with_counters([&](IngestCounters& c) { c.retention_deleted += r.deleted_batches; });
+      reg_.with_counters([&](IngestCounters& c) {
+        c.retention_deleted += r.deleted_batches;
+        c.store_batches -= std::min(c.store_batches, r.deleted_batches);
+        c.store_bytes = r.stored_bytes;
+      });
       log_line("retention deleted " + std::to_string(r.deleted_batches) + " batches; " +
                std::to_string(r.stored_bytes) + " compressed bytes remain");
     }

@@ -13,6 +13,7 @@
 #include "registry.hpp"
 #include "settings.hpp"
 #include "store.hpp"
+#include "worker_pool.hpp"
 
 namespace netprism::daemon {
 
@@ -32,6 +33,7 @@ class Ingest {
   LiveAnalysis& live_;
   store::Store store_;
   zmq::socket_t router_;
+  std::unique_ptr<WorkerPool> pool_;
 };
 
 }  // namespace netprism::daemon

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "log.hpp"
+#include "netprism/addr.hpp"
 
 namespace netprism::daemon {
 
@@ -28,7 +29,7 @@ analysis::Job job_from_json(const nlohmann::json& d) {
   }
   if (auto its = d.find("iterations"); its != d.end() && its->is_array())
     for (const auto& i : *its) {
-      analysis::Iteration it;
+      analysis::Iteration it;  // fields by name: the struct grows (phases, ...) without breaking this
       it.index = i.value("index", 0);
       it.start_ns = i.value("start_ns", uint64_t{0});
       it.end_ns = i.value("end_ns", uint64_t{0});
@@ -85,14 +86,12 @@ void LiveAnalysis::preload() {
 
 void LiveAnalysis::feed(const std::string& node, std::vector<Flowlet>&& flowlets) {
   std::lock_guard lk(mu_);
-  for (auto& f : flowlets) {
-    if (own_.matches(f)) continue;
-    if (pending_.size() >= static_cast<std::size_t>(s_.analysis_max_events)) {
-      dropped_++;  // the analysis is far behind: bound memory; the store still has everything
-      continue;
-    }
-    pending_.emplace_back(node, f);
+  if (pending_events_ + flowlets.size() > static_cast<std::size_t>(s_.analysis_max_events)) {
+    dropped_ += flowlets.size();  // the analysis is far behind: bound memory; the store still has everything
+    return;
   }
+  pending_events_ += flowlets.size();
+  pending_.emplace_back(node, std::move(flowlets));
 }
 
 std::shared_ptr<const Snapshot> LiveAnalysis::latest() const {
@@ -135,12 +134,30 @@ void LiveAnalysis::pass(store::Store* writer) {
   const uint64_t now = now_unix_ns();
   const uint64_t window = static_cast<uint64_t>(s_.analysis_window_s) * 1000000000ull;
   const uint64_t since = now > window ? now - window : 0;
-  std::vector<std::pair<std::string, Flowlet>> fresh;
+  std::vector<std::pair<std::string, std::vector<Flowlet>>> fresh;
   {
     std::lock_guard lk(mu_);
     fresh.swap(pending_);
+    pending_events_ = 0;
   }
-  for (const auto& [node, f] : fresh) window_.events.push_back(store::to_event(node, f));
+  // Addresses repeat (a cluster has few), and formatting them dominates conversion: cache the text. The
+  // cache is cleared when it gets large (address scans), which bounds it.
+  if (addr_text_.size() > 65536) addr_text_.clear();
+  auto text = [&](const uint8_t a[16]) -> const std::string& {
+    Addr16 key;
+    std::memcpy(key.data(), a, 16);
+    auto it = addr_text_.find(key);
+    if (it == addr_text_.end()) it = addr_text_.emplace(key, format_addr(a)).first;
+    return it->second;
+  };
+  for (const auto& [node, fl] : fresh)
+    for (const auto& f : fl) {
+      if (own_.matches(f)) continue;
+      auto e = store::to_event(node, f, /*with_addrs=*/false);
+      e.src = text(f.key.saddr);
+      e.dst = text(f.key.daddr);
+      window_.events.push_back(std::move(e));
+    }
   std::erase_if(window_.events, [&](const analysis::FlowEvent& e) { return e.last_ns < since; });
   // Memory bound: keep the newest events (arrival order approximates time order).
   auto cap = static_cast<std::size_t>(s_.analysis_max_events);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstring>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -12,9 +13,11 @@
 #include <mutex>
 #include <stop_token>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "analysis.hpp"
+#include "netprism/addr.hpp"
 #include "flows.hpp"
 #include "settings.hpp"
 
@@ -51,7 +54,9 @@ class LiveAnalysis {
   AddrNodes addr_nodes_;
 
   mutable std::mutex mu_;
-  std::vector<std::pair<std::string, Flowlet>> pending_;  // fed, not yet in the window
+  // Fed, not yet in the window: whole batches moved in (O(1) per batch on the ingest thread).
+  std::vector<std::pair<std::string, std::vector<Flowlet>>> pending_;
+  std::size_t pending_events_ = 0;
   uint64_t dropped_ = 0;
   std::shared_ptr<const Snapshot> latest_;
 
@@ -59,6 +64,15 @@ class LiveAnalysis {
   analysis::Input window_;
   std::map<std::string, analysis::Job> retained_;     // jobs from earlier passes / the store
   std::map<std::string, std::string> persisted_doc_;  // id -> last JSON written, to write only changes
+  struct AddrHash {
+    std::size_t operator()(const Addr16& a) const {
+      uint64_t x, y;  // the two halves, mixed; addresses differ mostly in the low half
+      std::memcpy(&x, a.data(), 8);
+      std::memcpy(&y, a.data() + 8, 8);
+      return std::hash<uint64_t>{}(x * 0x9e3779b97f4a7c15ull ^ y);
+    }
+  };
+  std::unordered_map<Addr16, std::string, AddrHash> addr_text_;  // address -> text (formatting is costly)
 };
 
 }  // namespace netprism::daemon

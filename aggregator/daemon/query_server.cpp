@@ -73,7 +73,6 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
                       {"window_events", snap->events},
                       {"jobs", snap->jobs.size()},
                       {"dropped_events", live_.dropped()}};
-    st["store"] = {{"batches", reader_->batch_count()}, {"compressed_bytes", reader_->stored_bytes()}};
     st["connected_timeout_s"] = s_.connected_timeout_s;
     return st;
   }

@@ -116,7 +116,11 @@ nlohmann::json Registry::status(uint64_t now_ns, uint64_t connected_timeout_ns) 
                            {"commit_failures", c.commit_failures},
                            {"records_stored", c.records_stored},
                            {"retention_deleted_batches", c.retention_deleted}};
-  return {{"agents", agents}, {"records_total", total}, {"ingest", ingest}, {"now_ns", now_ns}};
+  return {{"agents", agents},
+          {"records_total", total},
+          {"ingest", ingest},
+          {"store", {{"batches", c.store_batches}, {"compressed_bytes", c.store_bytes}}},
+          {"now_ns", now_ns}};
 }
 
 std::map<std::string, std::string> Registry::addr_nodes() const {

@@ -28,6 +28,8 @@ struct IngestCounters {
   uint64_t commit_failures = 0;
   uint64_t records_stored = 0;
   uint64_t retention_deleted = 0;
+  uint64_t store_batches = 0;  // running totals of the store (counted once at start, then kept up to date)
+  uint64_t store_bytes = 0;
   std::map<std::string, uint64_t> rejected_by_reason;  // bounded: see Registry::count_reject
 };
 

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <functional>
+#include <thread>
 #include <vector>
 
 #include "netprism/cli.hpp"
@@ -39,7 +41,9 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
       {"--analysis-max-events", &s.analysis_max_events, "memory bound of the analysis window"},
       {"--connected-timeout-s", &s.connected_timeout_s, "agent counts as connected if heard within this"},
       {"--zstd-level", &s.zstd_level, "compression level of stored batches"},
-      {"--max-message-bytes", &s.max_message_bytes, "largest agent message accepted"}};
+      {"--max-message-bytes", &s.max_message_bytes, "largest agent message accepted"},
+      {"--ingest-threads", &s.ingest_threads,
+       "threads decoding/compressing batches (0: one per core, max 4)"}};
   std::vector<std::pair<CLI::Option*, std::function<bool(const config::Values&)>>> from_file;
   config::Schema schema;
   for (auto& o : strs) {
@@ -53,13 +57,14 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
     });
   }
   for (auto& o : ints) {
-    auto* opt = app.add_option(o.flag, *o.v, o.help)->capture_default_str()->check(CLI::NonNegativeNumber);
+    auto* opt = app.add_option(o.flag, *o.v, o.help)->capture_default_str();
+    if (std::string(o.flag) != "--zstd-level") opt->check(CLI::NonNegativeNumber);
     std::string key = std::string(o.flag + 2);
     std::replace(key.begin(), key.end(), '-', '_');
     schema[key] = config::Type::kInteger;
     from_file.emplace_back(opt, [key, v = o.v](const config::Values& vals) {
       if (auto x = config::get<int64_t>(vals, key)) {
-        if (*x < 0) return false;
+        if (*x < 0 && key != "zstd_level") return false;
         *v = *x;
       }
       return true;
@@ -86,11 +91,14 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
       }
     }
   }
-  if (s.zstd_level < 1 || s.zstd_level > 19) {
-    std::cerr << "netprism-aggregator: --zstd-level must be 1..19\n";
+  // Negative levels are zstd's fast modes (less compression, less CPU).
+  if (s.zstd_level < -7 || s.zstd_level > 19 || s.zstd_level == 0) {
+    std::cerr << "netprism-aggregator: --zstd-level must be -7..-1 or 1..19\n";
     return cli::kExitUsage;
   }
   if (s.analysis_interval_ms == 0) s.analysis_interval_ms = 1;
+  if (s.ingest_threads == 0)
+    s.ingest_threads = std::clamp<int64_t>(static_cast<int64_t>(std::thread::hardware_concurrency()), 1, 4);
   return std::nullopt;
 }
 

@@ -33,7 +33,7 @@ std::optional<uint16_t> endpoint_port(const std::string& endpoint);
 OwnTraffic own_traffic(Store& s);
 void save_own_traffic(Store& s, const OwnTraffic& t);
 
-analysis::FlowEvent to_event(const std::string& observer, const Flowlet& f);
+analysis::FlowEvent to_event(const std::string& observer, const Flowlet& f, bool with_addrs = true);
 const char* proto_name(uint8_t proto);
 
 // Address -> node name from every node's latest HELLO. Addresses are normalised (a "/prefix" suffix is cut,

@@ -65,9 +65,14 @@ class Store {
   void register_node(const Hello& h, uint64_t now_ns);
   // Stores the batch (wire = the exact message bytes received). false: (node, epoch, seq) already stored.
   bool insert_batch(const Batch& b, std::string_view wire, uint64_t received_ns);
+  // Same, with the wire bytes already zstd-compressed (ingest compresses in parallel).
+  bool insert_compressed(const Batch& b, std::string_view zstd_wire, std::size_t raw_bytes,
+                         uint64_t received_ns);
   void touch_node(const std::string& node, uint64_t last_seen_ns, uint64_t add_records,
                   const Counters* counters, std::optional<int64_t> clock_offset_ns);
-  RetentionResult apply_retention(uint64_t min_last_ns, uint64_t max_bytes);
+  // current_bytes: the compressed bytes stored now (the caller's running total); min_last_ns 0 / max_bytes 0
+  // disable that bound.
+  RetentionResult apply_retention(uint64_t min_last_ns, uint64_t max_bytes, uint64_t current_bytes);
   void set_meta(const std::string& key, const std::string& value);
   void save_job(const nlohmann::json& full_doc, uint64_t now_ns);
   void delete_job(const std::string& id);
@@ -76,8 +81,8 @@ class Store {
   std::vector<NodeRow> nodes();
   std::set<std::pair<std::string, uint64_t>> epochs();
   std::optional<std::string> meta(const std::string& key);
-  uint64_t stored_bytes();
-  uint64_t batch_count();
+  uint64_t stored_bytes();  // full scan: at start-up only
+  uint64_t batch_count();   // full scan: at start-up only
   std::vector<nlohmann::json> jobs();
   // Decodes every stored batch overlapping [since, until] (optionally of one node), oldest first. Corrupt
   // rows are reported through on_error and skipped (the rest of the store stays readable).
@@ -100,6 +105,7 @@ class Store {
   Db db_;
   int zstd_level_;
   Stmt ins_batch_, touch_, touch_counters_;
+  std::string zbuf_;  // compression buffer reused across batches
 };
 
 }  // namespace netprism::store

@@ -14,14 +14,20 @@ struct DctxFree {
 };
 }  // namespace
 
-std::string zstd_compress(std::string_view in, int level) {
+bool zstd_compress_into(std::string_view in, int level, std::string& out) {
   // One context per thread: reusing it avoids re-allocating zstd's tables for every batch.
   thread_local std::unique_ptr<ZSTD_CCtx, CctxFree> ctx(ZSTD_createCCtx());
-  std::string out(ZSTD_compressBound(in.size()), '\0');
+  std::size_t bound = ZSTD_compressBound(in.size());
+  if (out.size() < bound) out.resize(bound);
   size_t n = ZSTD_compressCCtx(ctx.get(), out.data(), out.size(), in.data(), in.size(), level);
-  if (ZSTD_isError(n)) return {};  // cannot happen with a bound-sized buffer; the caller treats "" as failure
+  if (ZSTD_isError(n)) return false;  // cannot happen with a bound-sized buffer
   out.resize(n);
-  return out;
+  return true;
+}
+
+std::string zstd_compress(std::string_view in, int level) {
+  std::string out;
+  return zstd_compress_into(in, level, out) ? out : std::string();
 }
 
 std::optional<std::string> zstd_decompress(std::string_view in, std::size_t max_size, std::string& err) {

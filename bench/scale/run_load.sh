@@ -9,7 +9,7 @@ build=$(cd "${1:-build}" && pwd)
 agents=${2:-1000} rate=${3:-200} duration=${4:-60}
 work=$(mktemp -d /tmp/np-load.XXXXXX)
 port=$((20000 + RANDOM % 20000))
-ulimit -n 65536 || true
+ulimit -n "$(ulimit -Hn)" || true
 "$build/aggregator/netprism-aggregator" --listen "tcp://127.0.0.1:$port" --query "tcp://127.0.0.1:$((port + 1))" \
   --data-dir "$work/data" >"$work/agg.log" 2>&1 &
 agg=$!

@@ -24,6 +24,10 @@ struct AgentStats {
   uint64_t rehello = 0;
 };
 
+// Same as the real agent (agent/delivery.hpp ack_timeout): resending sooner only piles duplicates on a busy
+// aggregator.
+inline constexpr int kAckTimeoutMs = 5000;
+
 class VirtualAgents {
  public:
   VirtualAgents(const std::string& endpoint, std::vector<std::string> nodes, std::vector<std::string> addrs);
@@ -31,7 +35,7 @@ class VirtualAgents {
   void enqueue(size_t agent, std::vector<Flowlet> flowlets);
   // Sends what is queued (bounded window per agent), reads ACKs, resends after `resend_ms`. Returns after
   // `budget_ms` of wall time.
-  void pump(int budget_ms, int resend_ms = 2000);
+  void pump(int budget_ms, int resend_ms = kAckTimeoutMs);
   void heartbeat_all();
   // Pumps until every queued batch is acknowledged or `timeout_ms` passes; true when all were acknowledged.
   bool drain(int timeout_ms);

@@ -5,7 +5,6 @@
 #define NETPRISM_PROBE_ABI_H
 
 #ifndef __VMLINUX_H__
-#include <linux/bpf.h> /* struct bpf_spin_lock */
 #include <linux/types.h>
 #endif
 
@@ -13,8 +12,9 @@
 
 /* Per-CPU counters: every packet the probe sees, and every reason it skipped or lost something.
  * Nothing is dropped silently: each skip or loss path increments exactly one of the reason counters, so
- * PACKETS == NON_IP + TRUNCATED + UNPARSED + IPV6_EXT + OTHER_L4 + IP_FRAGMENT + EXCLUDED + MAP_FULL + MAP_BUSY
- *            + FLOW_RACE + (packets accounted into bursts).
+ * PACKETS == NON_IP + TRUNCATED + UNPARSED + IPV6_EXT + OTHER_L4 + IP_FRAGMENT + EXCLUDED + MAP_FULL +
+ * MAP_BUSY
+ *            + FLOW_RACE + LOCK_TIMEOUT + (packets accounted into bursts).
  * New indices are only ever appended (before NP_CNT_MAX). */
 enum np_counter {
   NP_CNT_PACKETS = 0,    /* packets seen by any entry point (a GSO super-packet counts once here) */
@@ -31,7 +31,9 @@ enum np_counter {
   NP_CNT_IP_FRAGMENT,    /* IPv4/IPv6 fragment: L4 header absent or payload split, not tracked */
   NP_CNT_FLOW_RACE,      /* packet hit a flow entry being deleted by the idle flush and retries ran out */
   NP_CNT_PULLED,         /* tc: headers were non-linear and were pulled (informational, not a loss) */
-  NP_CNT_FLUSH_DEFERRED, /* idle flush found the ring buffer full and kept the burst for the next flush */
+  NP_CNT_FLUSH_DEFERRED, /* idle flush found the ring buffer full (or the entry locked) and kept the burst */
+  NP_CNT_LOCK_TIMEOUT,   /* flow entry stayed locked by another CPU beyond the spin budget: packet not tracked
+                          */
   NP_CNT_MAX,
 };
 
@@ -61,14 +63,36 @@ struct np_exclude_key {
   __u32 pad1;
 };
 
-/* Value of np_flows: the burst in progress for one flow key, guarded by a spin lock shared by the data path
- * (every CPU) and the idle-flush program. `dead` is set under the lock just before the flush deletes the
- * entry; a data-path CPU that finds it set (or finds the entry re-used for another key) retries with a fresh
- * entry instead of writing into a deleted one. fl.packets == 0 means no burst in progress. */
+/* The burst part of a flowlet: np_flowlet without its key, same layout as np_flowlet from first_ns on. */
+struct np_burst {
+  __u64 first_ns;
+  __u64 last_ns;
+  __u64 packets;
+  __u64 bytes;
+  __u64 payload_bytes;
+  __u32 roce_ops[NP_ROCE_CLASSES];
+  __u32 last_psn;
+  __u16 tcp_flags;
+  __u8 end_reason;
+  __u8 pad0;
+};
+
+/* Value of np_flows: the burst in progress for one flow key, guarded by a lock word shared by the data path
+ * (every CPU) and the idle-flush program (a compare-and-swap lock with a bounded spin, see bpf/burst.h: far
+ * cheaper than bpf_spin_lock, which saves and restores interrupts). `dead` is set under the lock just before
+ * the flush deletes the entry; a data-path CPU that finds it set, or finds the entry re-used for another key
+ * (key_tag differs), retries with a fresh entry instead of writing into a deleted one. b.packets == 0: no
+ * burst in progress. Kept small on purpose (the key lives only in the hash map's key): every cache line of
+ * the entry is a likely miss on a busy host. */
 struct np_flow_state {
-  struct bpf_spin_lock lock;
+  __u64 lock; /* 0 free, 1 held */
   __u32 dead;
-  struct np_flowlet fl;
+  __u32 pad0;
+  __u64 key_tag; /* np_key_tag(key): detects re-use of a deleted entry for another key */
+  struct np_burst b;
+  /* Pads the hash-table element (48-byte kernel header + 48-byte key + this value) to 192 bytes: preallocated
+   * elements then sit on cache-line boundaries and every entry costs exactly 3 lines, not up to 4. */
+  __u64 pad1;
 };
 
 /* Idle-flush request, written by user space into np_flush_req[0] before running np_flush through
@@ -91,11 +115,17 @@ struct np_flush_req {
 #ifdef __cplusplus
 static_assert(sizeof(struct np_probe_config) == 32, "np_probe_config layout");
 static_assert(sizeof(struct np_exclude_key) == 24, "np_exclude_key layout");
-static_assert(sizeof(struct np_flow_state) == 120, "np_flow_state layout");
+static_assert(sizeof(struct np_burst) == 64, "np_burst layout");
+static_assert(sizeof(struct np_flow_state) == 96, "np_flow_state layout");
+static_assert(sizeof(struct np_flowlet) == sizeof(struct np_flow_key) + sizeof(struct np_burst),
+              "np_burst tail");
 #else
 _Static_assert(sizeof(struct np_probe_config) == 32, "np_probe_config layout");
 _Static_assert(sizeof(struct np_exclude_key) == 24, "np_exclude_key layout");
-_Static_assert(sizeof(struct np_flow_state) == 120, "np_flow_state layout");
+_Static_assert(sizeof(struct np_burst) == 64, "np_burst layout");
+_Static_assert(sizeof(struct np_flow_state) == 96, "np_flow_state layout");
+_Static_assert(sizeof(struct np_flowlet) == sizeof(struct np_flow_key) + sizeof(struct np_burst),
+               "np_burst tail");
 #endif
 
 #endif /* NETPRISM_PROBE_ABI_H */

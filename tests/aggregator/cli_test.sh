@@ -66,6 +66,10 @@ run 0 status && { tcheck "^NODE +CONNECTED"; tcheck "^node0 +yes"; tcheck "recor
 run 0 --json status && jcheck "'agents' in d"          # global option before the command
 run 0 status --aggregator "$NETPRISM_AGGREGATOR" --json && jcheck "'agents' in d"  # and after it
 
+# ---- a second daemon on the same data dir is refused ------------------------------------------------------
+"$aggr" --listen tcp://127.0.0.1:$(port) --query tcp://127.0.0.1:$(port) --data-dir "$work/data" >/dev/null 2>"$work/err"; rc2=$?
+[[ $rc2 == 1 ]] && grep -q "in use" "$work/err" && ok "second aggregator on the same data dir refused" || bad "second aggregator: rc=$rc2 $(cat "$work/err")"
+
 # ---- flows ------------------------------------------------------------------------------------------------
 keys="{'node','src','dst','src_port','dst_port','proto','qpn','bytes','payload_bytes','packets','first_ns','last_ns'}"
 run 0 flows --json && {
@@ -149,7 +153,21 @@ run 2
 run 0 --help
 run 0 --version
 
-kill "$pid"; wait "$pid"; rc=$?; pid=
-[[ $rc == 0 ]] && ok "aggregator stopped cleanly on SIGTERM" || bad "aggregator exit status $rc on SIGTERM"
+# ---- aggregator config file: keys mirror flags, flags win, a bad key is named -------------------------------
+kill "$pid"; wait "$pid"; stop_rc=$?; pid=
+printf 'listen = "tcp://127.0.0.1:1"\nquery = "tcp://127.0.0.1:%s"\nretention_age_s = 3600\n' "$qp" >"$work/good.toml"
+"$aggr" --config "$work/good.toml" --listen tcp://127.0.0.1:$lp --data-dir "$work/data" 2>>"$work/aggr.log" &
+pid=$!
+for _ in $(seq 50); do "$cli" status >/dev/null 2>&1 && break; sleep 0.2; done
+run 0 status --json && jcheck "d['records_total'] == $records"   # query endpoint from the file, data reloaded
+grep -q "listening on tcp://127.0.0.1:$lp" "$work/aggr.log" && ok "flag overrides the file" || bad "flag did not override the config file"
+kill "$pid"; wait "$pid"; pid=
+printf 'listen = "tcp://127.0.0.1:1"\nretention_days = 3\n' >"$work/bad.toml"
+"$aggr" --config "$work/bad.toml" --data-dir "$work/data" >/dev/null 2>"$work/err"; brc=$?
+[[ $brc == 1 ]] && grep -q "retention_days" "$work/err" && ok "bad config key named, exit 1" || bad "bad config: rc=$brc $(cat "$work/err")"
+printf 'retention_age_s = "soon"\n' >"$work/bad2.toml"
+"$aggr" --config "$work/bad2.toml" --data-dir "$work/data" >/dev/null 2>"$work/err"; brc=$?
+[[ $brc == 1 ]] && grep -q "retention_age_s" "$work/err" && ok "wrong type named, exit 1" || bad "bad type: rc=$brc $(cat "$work/err")"
+[[ $stop_rc == 0 ]] && ok "aggregator stopped cleanly on SIGTERM" || bad "aggregator exit status $stop_rc on SIGTERM"
 grep -q "registered" "$work/aggr.log" || bad "aggregator log lacks registrations"
 ((fails == 0)) && echo "all aggregator CLI checks passed" || { echo "$fails failures"; tail -20 "$work/aggr.log"; exit 1; }

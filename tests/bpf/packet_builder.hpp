@@ -119,7 +119,8 @@ class PacketBuilder {
   PacketBuilder& bth(uint8_t opcode, uint32_t dest_qp, uint32_t psn) {
     mark("bth");
     put({opcode, 0, 0xff, 0xff, 0});
-    put({static_cast<uint8_t>(dest_qp >> 16), static_cast<uint8_t>(dest_qp >> 8), static_cast<uint8_t>(dest_qp)});
+    put({static_cast<uint8_t>(dest_qp >> 16), static_cast<uint8_t>(dest_qp >> 8),
+         static_cast<uint8_t>(dest_qp)});
     put({0x80});
     put({static_cast<uint8_t>(psn >> 16), static_cast<uint8_t>(psn >> 8), static_cast<uint8_t>(psn)});
     return *this;

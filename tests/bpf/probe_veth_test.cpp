@@ -175,7 +175,7 @@ TEST_P(ProbeVeth, TwoTransfersSeparatedBy50msGiveTwoExactBursts) {
   const uint32_t ifindex = if_nametoindex(net_->host_if.c_str());
   const uint8_t data_dir = mode == AttachMode::kTc ? NP_DIR_EGRESS : NP_DIR_INGRESS;
   std::vector<np_flowlet> data;
-  uint64_t reverse_payload = 0;
+  uint64_t reverse_payload = 0, reverse_packets = 0;
   for (const auto& f : t.bursts) {
     if (f.key.ifindex != ifindex || f.key.proto != NP_PROTO_TCP) continue;
     if (f.key.sport == t.sender_port && f.key.dport == t.receiver_port) {
@@ -183,6 +183,8 @@ TEST_P(ProbeVeth, TwoTransfersSeparatedBy50msGiveTwoExactBursts) {
       data.push_back(f);
     } else if (f.key.sport == t.receiver_port && f.key.dport == t.sender_port) {
       reverse_payload += f.payload_bytes;
+      reverse_packets += f.packets;
+      EXPECT_NE(f.key.dir, data_dir);
     }
   }
   ASSERT_EQ(data.size(), 2u) << "expected exactly one burst per half of the transfer";
@@ -197,6 +199,9 @@ TEST_P(ProbeVeth, TwoTransfersSeparatedBy50msGiveTwoExactBursts) {
   EXPECT_GE(data[0].packets, n / 65536);
   EXPECT_GT(data[0].bytes, n);
   EXPECT_EQ(reverse_payload, 0u) << "the receiver only sends ACKs";
+  if (mode == AttachMode::kTc) {
+    EXPECT_GT(reverse_packets, 0u) << "tc ingress sees the ACKs";
+  }
   char src[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, data[0].key.saddr + 12, src, sizeof src);
   EXPECT_EQ(src, sender_in_ns ? net_->ns_ip : net_->host_ip);
@@ -272,7 +277,8 @@ TEST_F(ProbeAttach, ForeignTcFilterIsNeverReplaced) {
   EXPECT_EQ(tc_prog_at_our_slot(ifindex, BPF_TC_INGRESS), o.prog_id);
   // A foreign filter elsewhere on the hook does not bother us, and survives our attach and detach.
   LIBBPF_OPTS(bpf_tc_hook, eh, .ifindex = ifindex, .attach_point = BPF_TC_EGRESS);
-  LIBBPF_OPTS(bpf_tc_opts, o2, .prog_fd = bpf_program__fd(other->progs.np_baseline_tc), .handle = 1, .priority = 1);
+  LIBBPF_OPTS(bpf_tc_opts, o2, .prog_fd = bpf_program__fd(other->progs.np_baseline_tc), .handle = 1,
+              .priority = 1);
   ASSERT_EQ(bpf_tc_attach(&eh, &o2), 0);
   LIBBPF_OPTS(bpf_tc_opts, d, .handle = 0x4e50, .priority = 0xff4e);
   ASSERT_EQ(bpf_tc_detach(&hook, &d), 0);

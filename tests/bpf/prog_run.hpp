@@ -27,8 +27,12 @@ inline const char* entry_prog(Entry e) {
   }
   return "";
 }
-inline uint8_t entry_dir(Entry e) { return e == Entry::kTcEgress ? NP_DIR_EGRESS : NP_DIR_INGRESS; }
-inline bool entry_is_tc(Entry e) { return e != Entry::kXdp; }
+inline uint8_t entry_dir(Entry e) {
+  return e == Entry::kTcEgress ? NP_DIR_EGRESS : NP_DIR_INGRESS;
+}
+inline bool entry_is_tc(Entry e) {
+  return e != Entry::kXdp;
+}
 
 struct RunResult {
   int err = 0;          // 0 or -errno of the syscall

@@ -14,7 +14,9 @@
 
 namespace netprism::test {
 
-inline int sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
+inline int sh(const std::string& cmd) {
+  return std::system((cmd + " >/dev/null 2>&1").c_str());
+}
 
 class VethNetns {
  public:

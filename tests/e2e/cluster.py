@@ -16,7 +16,6 @@ State of a run is kept in /run/netprism-testbed/<id>.json so that `teardown` can
 started (tcpdump, agents) even when the driver died.
 """
 import argparse
-import ipaddress
 import json
 import os
 import random
@@ -66,6 +65,7 @@ class Cluster:
         self.n = n_nodes
         self.octet = octet
         self.pids = []  # processes to kill at teardown (tcpdump, agents, trainers)
+        self.extra = {}  # e.g. "live": endpoints of an agent/aggregator stack started with the cluster
 
     # --- names -------------------------------------------------------------------------------------------
     @property
@@ -113,7 +113,7 @@ class Cluster:
             json.dump({"run_id": self.run_id, "n": self.n, "octet": self.octet, "pids": self.pids,
                        "nodes": {self.node(k): {"ns": self.ns(k), "veth": self.veth(k), "host_veth":
                                                 self.host_veth(k), "ip": self.ip(k)} for k in range(self.n)},
-                       "bridge": self.bridge, "host_ip": self.host_ip}, f, indent=1)
+                       "bridge": self.bridge, "host_ip": self.host_ip, "extra": self.extra}, f, indent=1)
         os.replace(tmp, self.state_path())
 
     @classmethod
@@ -122,6 +122,7 @@ class Cluster:
             st = json.load(f)
         c = cls(st["run_id"], st["n"], st["octet"])
         c.pids = st.get("pids", [])
+        c.extra = st.get("extra", {})
         return c
 
     def track(self, pid):
@@ -232,21 +233,24 @@ class Cluster:
 RUN_NAME = re.compile(r"^(np[0-9a-f]{5})(br|h\d+|n\d+)$")
 
 
-def leftovers():
-    """Run ids that still have state files, namespaces or links on this host."""
+def leftovers(by_name=False):
+    """Run ids with a state file on this host: every run writes its state before creating anything and
+    removes it last, so a run killed at any point leaves one. by_name adds ids found only by the shape of
+    namespace and link names (after /run was cleared): use with care, other tools' names could match."""
     ids = set()
     if os.path.isdir(STATE_DIR):
         ids |= {f[:-5] for f in os.listdir(STATE_DIR) if f.endswith(".json")}
-    names = [l.split()[0] for l in (sh("ip", "netns", "list", capture=True, check=False) or "").splitlines()
-             if l.split()]
-    for line in (sh("ip", "-o", "link", "show", capture=True, check=False) or "").splitlines():
-        parts = line.split(":")
-        if len(parts) > 1:
-            names.append(parts[1].strip().split("@")[0])
-    for name in names:
-        m = RUN_NAME.match(name)
-        if m:
-            ids.add(m.group(1))
+    if by_name:
+        names = [l.split()[0] for l in (sh("ip", "netns", "list", capture=True, check=False) or "").splitlines()
+                 if l.split()]
+        for line in (sh("ip", "-o", "link", "show", capture=True, check=False) or "").splitlines():
+            parts = line.split(":")
+            if len(parts) > 1:
+                names.append(parts[1].strip().split("@")[0])
+        for name in names:
+            m = RUN_NAME.match(name)
+            if m:
+                ids.add(m.group(1))
     return sorted(ids)
 
 

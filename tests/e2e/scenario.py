@@ -1,9 +1,11 @@
 #!/usr/bin/python3
 """One end-to-end scenario: a fresh testbed run, then netprism on its recording, scored against the truth.
 
-  scenario.py NAME --netprism PATH [--keep DIR] [--mode analyze|live]
+  scenario.py NAME --netprism PATH [--keep DIR] [--mode analyze|live] [--agent PATH --aggregator PATH]
 
 analyze (default): `netprism analyze --format csv --topology ... --json` on the run's tcpdump capture.
+live: a netprism-agent per namespace and a netprism-aggregator on the host watch the run; the scorer reads
+`netprism jobs/job/timeline/diagnose --json` (and, for a hang, when the job's state turned `hung`).
 The scenario table below is what CTest registers (tests/e2e/CMakeLists.txt); `scenario.py --list` prints it.
 Acceptance thresholds are those of issues 7 and 8: exact jobs/parallelism/state, no missing or extra
 iterations after the first two, duration error median <= 0.3 % and p95 <= 1 % (or within 1.5 x the run's own
@@ -31,7 +33,7 @@ SCENARIOS = {
     "dp2pp2_1f1b": ["--dp", "2", "--pp", "2", "--iters", "12"],
     "dp2pp2_gpipe": ["--dp", "2", "--pp", "2", "--schedule", "gpipe", "--iters", "12"],
     "dp2pp2tp2_1f1b": ["--dp", "2", "--pp", "2", "--tp", "2", "--iters", "12"],
-    "two_jobs": ["--dp", "2", "--pp", "1", "--iters", "12", "--also", "dp=1,pp=2,schedule=gpipe,fwd_ms=15,delay=3"],
+    "two_jobs": ["--dp", "2", "--pp", "1", "--iters", "14", "--also", "dp=1,pp=2,schedule=gpipe,fwd_ms=15,delay=1.5"],
     "straggler": ["--dp", "2", "--pp", "2", "--iters", "14", "--fault", "straggler:node=n1,factor=1.5,from=7"],
     "straggler_dp4": ["--dp", "4", "--pp", "1", "--iters", "12", "--fault", "straggler:node=n2,factor=1.35,from=5"],
     "slowlink": ["--dp", "2", "--pp", "2", "--iters", "14", "--fault", "slowlink:node=n2,rate=30mbit,from=7"],
@@ -39,20 +41,37 @@ SCENARIOS = {
     "pause": ["--dp", "2", "--pp", "2", "--iters", "12", "--fault", "pause:at=6,seconds=1.5"],
 }
 
+# Live mode costs more CPU (an agent per node, the aggregator, CLI polling): the shapes and every fault.
+LIVE = ["dp2pp2tp2_1f1b", "two_jobs", "straggler", "slowlink", "hang", "pause"]
+
+
+def thresholds(netprism):
+    """The acceptance thresholds of issues 7 and 8, as scorer options."""
+    args = ["--strict", "--max-median-err", "0.3", "--max-p95-err", "1.0", "--noise-factor", "1.5", "--grace", "2",
+            "--max-missing", "0", "--max-extra", "0", "--max-finding-delay", "3"]
+    return args + (["--netprism", netprism] if netprism else [])
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name", nargs="?")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--list-live", action="store_true")
     ap.add_argument("--netprism", help="netprism CLI binary")
+    ap.add_argument("--agent", help="live: netprism-agent binary")
+    ap.add_argument("--aggregator", help="live: netprism-aggregator binary")
     ap.add_argument("--keep", help="keep the run directory here (default: a temporary one, removed)")
-    ap.add_argument("--mode", choices=["analyze"], default="analyze")
+    ap.add_argument("--mode", choices=["analyze", "live", "sample"], default="analyze",
+                    help="analyze: a fresh run, netprism analyze on its capture; live: a fresh run watched by "
+                         "agents + aggregator, CLI queries; sample: netprism analyze on the committed recording")
     a = ap.parse_args()
-    if a.list:
-        print("\n".join(SCENARIOS))
+    if a.list or a.list_live:
+        print("\n".join(LIVE if a.list_live else SCENARIOS))
         return 0
     if a.name not in SCENARIOS:
         ap.error(f"unknown scenario {a.name!r}; known: {', '.join(SCENARIOS)}")
+    if a.mode == "sample":  # the committed recording: no root, no namespaces, seconds
+        return score.main([os.path.join(HERE, "samples", a.name)] + thresholds(a.netprism))
     if os.geteuid() != 0:
         print("scenario: needs root (namespaces, tc, tcpdump)", file=sys.stderr)
         return 1 if os.environ.get("CI") == "true" else 77
@@ -63,16 +82,19 @@ def main():
         tmp = tempfile.mkdtemp(prefix=f"np-{a.name}-")
         out = os.path.join(tmp, "run")
     try:
+        extra = []
+        if a.mode == "live":
+            extra = ["--live"] + (["--netprism", a.netprism] if a.netprism else [])
+            extra += ["--agent", a.agent] if a.agent else []
+            extra += ["--aggregator-bin", a.aggregator] if a.aggregator else []
         r = subprocess.run([PY, os.path.join(HERE, "testbed.py"), "run", "--out", out, "--force"]
-                           + SCENARIOS[a.name])
+                           + SCENARIOS[a.name] + extra)
         if r.returncode:
             print(f"scenario {a.name}: the testbed run failed ({r.returncode})")
             return 1
-        args = [out, "--strict", "--max-median-err", "0.3", "--max-p95-err", "1.0", "--noise-factor", "1.5",
-                "--grace", "2", "--max-missing", "0", "--max-extra", "0", "--max-finding-delay", "3"]
-        if a.netprism:
-            args += ["--netprism", a.netprism]
-        return score.main(args)
+        if a.mode == "live":
+            return score.main([out, "--json", os.path.join(out, "live.json")] + thresholds(None))
+        return score.main([out] + thresholds(a.netprism))
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)

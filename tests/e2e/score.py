@@ -23,10 +23,13 @@ starts at the median start of iteration 0 (the job's first step has no preceding
 matched when netprism reports it but its duration is not scored. Only iterations that every rank finished
 count (a hung job's last iterations are incomplete).
 
-TRUTH NOISE. Each rank's own boundary-to-boundary durations d_i(r) = sync_end_i(r) - sync_end_{i-1}(r) differ
-from the median-boundary duration d_i = B_i - B_{i-1}; the distribution of |d_i(r) - d_i| / d_i over ranks and
-iterations is the truth's own noise, printed beside netprism's error: netprism cannot be judged more precisely
-than the truth agrees with itself.
+TRUTH NOISE. Two ranks that finish the same DP synchronisation should see the same iteration duration;
+they disagree by scheduling noise. For every iteration and DP group, each member's own duration
+d_i(r) = sync_end_i(r) - sync_end_{i-1}(r) is compared with the group's median, relative to the iteration's
+duration d_i = B_i - B_{i-1}; the distribution over members and iterations is the truth's own noise, printed
+beside netprism's error: netprism cannot be judged more precisely than the truth agrees with itself. (Different
+DP groups legitimately finish at different times, so they are not compared with each other.) Without data
+parallelism (dp = 1) there is no shared synchronisation, and each rank is compared with d_i instead.
 
 MATCHING BY TIME, NOT INDEX. netprism's index 0 is simply the first iteration it saw. Each netprism boundary
 (the end of each iteration, and the start of its first) is matched to the nearest truth boundary if it is within
@@ -89,15 +92,20 @@ class TruthJob:
         if self.complete and self.complete[0] == 0:
             self.bound[-1] = statistics.median(r["start"] for r in iters[0].values())
         self.durations = {i: self.bound[i] - self.bound[i - 1] for i in self.complete if i - 1 in self.bound}
-        # Noise: each rank's own duration vs the median-boundary duration.
+        # Noise (see the module comment): members of one DP group against their group's median duration;
+        # without data parallelism (dp = 1) every rank against the job's boundary-to-boundary duration.
         self.noise = []
         for i in self.complete:
-            if i - 1 in self.bound and i - 1 in iters and i - 1 >= 0:
-                for rk, rec in iters[i].items():
-                    prev = iters[i - 1].get(rk)
-                    if prev:
-                        d_r = rec["sync_end"] - prev["sync_end"]
-                        self.noise.append(abs(d_r - self.durations[i]) / self.durations[i])
+            if i - 1 < 0 or i - 1 not in iters or i not in self.durations:
+                continue
+            own = {rk: rec["sync_end"] - iters[i - 1][rk]["sync_end"] for rk, rec in iters[i].items()
+                   if rk in iters[i - 1]}
+            groups = {}
+            for rk, d in own.items():
+                groups.setdefault(iters[i][rk]["dp_group"] if dp > 1 else 0, []).append(d)
+            for ds in groups.values():
+                ref = statistics.median(ds) if dp > 1 else self.durations[i]
+                self.noise += [abs(d - ref) / self.durations[i] for d in ds]
         self.step = statistics.median(self.durations.values()) if self.durations else None
 
     @staticmethod
@@ -421,7 +429,7 @@ def score(manifest, truth, doc, out=sys.stdout, grace=0):
         p(f"  duration error   median {fmt_pct(pct(errs, .5))} ({fmt_ms(pct(abs_errs, .5))})  p95 "
           f"{fmt_pct(pct(errs, .95))} ({fmt_ms(pct(abs_errs, .95))})  max {fmt_pct(max(errs) if errs else None)}")
         p(f"  truth noise      median {fmt_pct(pct(t.noise, .5))}  p95 {fmt_pct(pct(t.noise, .95))}  max "
-          f"{fmt_pct(max(t.noise) if t.noise else None)}   (rank disagreement on each iteration's duration)")
+          f"{fmt_pct(max(t.noise) if t.noise else None)}   (ranks of one DP sync disagreeing on the duration)")
         offs = tl["offsets"]
         p(f"  boundary offset  median {fmt_ms(pct(offs, .5))}  p95 |offset| "
           f"{fmt_ms(pct([abs(o) for o in offs], .95))}   (netprism end - truth boundary)")
@@ -434,6 +442,17 @@ def score(manifest, truth, doc, out=sys.stdout, grace=0):
         for fd in false_pos:
             p(f"  false positive   {fd.get('kind')} {fd.get('subject')} (iteration {fd.get('first_iteration')}):"
               f" {str(fd.get('evidence', ''))[:80]}")
+        hang_t = t.hang["time"] if t.hang else None
+        if hang_t and j and doc.get("events"):
+            seen = [e["time"] for e in doc["events"] if e["what"][:3] == ["state", j.get("id"), "hung"]]
+            bound = max(3 * (t.step or 0), 2.0) + 2.0
+            lat = (min(seen) - hang_t) if seen else None
+            r["hang_report_latency_s"] = lat
+            p("  hang reported    " + (f"{lat:.2f}s after the rank stopped (bound max(3 x step, 2 s) + 2 s = "
+                                        f"{bound:.2f}s): {'ok' if lat <= bound else 'LATE'}" if seen else
+                                        "never (state never became hung while polled)"))
+            if not seen or lat > bound:
+                f_ok = False
         for fd in tolerated:
             p(f"  explained        {fd.get('kind')} {fd.get('subject')} at iteration "
               f"{t.iteration_at(fd['start_ns'] / 1e9)} (within an injected fault or pause; not a false positive)")

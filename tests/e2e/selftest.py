@@ -10,7 +10,6 @@
 import csv
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile

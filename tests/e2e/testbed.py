@@ -25,12 +25,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import cluster as cl  # noqa: E402
+import live as lv  # noqa: E402
 import pcap_to_csv  # noqa: E402
 
 PY = "/usr/bin/python3"  # Debian's interpreter: it has python3-torch
@@ -219,7 +219,7 @@ def cmd_run(a):
     manifest.update({"run_id": c.run_id, "subnet": f"{cl.SUBNET_BASE}.{c.octet}.0/24",
                      "nodes": {c.node(k): {"ip": c.ip(k), "iface": c.veth(k), "ns": c.ns(k)} for k in range(c.n)}})
     print(f"testbed: run {c.run_id}: {n_nodes} nodes on {manifest['subnet']} -> {out}", flush=True)
-    procs, tcpdumps = [], {}
+    procs, tcpdumps, stack = [], {}, None
     try:
         with open(os.path.join(out, "topology.txt"), "w") as f:
             f.write(c.topology())
@@ -228,6 +228,14 @@ def cmd_run(a):
             if f["kind"] == "slowlink" and f["from"] == 0:
                 c.slow_link(int(f["node"][1:]), f["rate"], f["burst"])
                 f["applied_at"] = time.time()
+        if not own and "live" in c.extra:
+            stack = lv.LiveStack.attach(c, out)
+            manifest["live"] = {"ingest": stack.ingest, "query": stack.query}
+        elif a.live:
+            stack = lv.LiveStack(c, out, a.agent, a.aggregator_bin, a.netprism)
+            stack.start()
+            print(f"testbed: live: {c.n} agents connected to {stack.ingest}; query {stack.query}", flush=True)
+            manifest["live"] = {"ingest": stack.ingest, "query": stack.query}
         counters0 = {k: c.tx_bytes(k) for k in range(c.n)}
         if a.capture:
             for k in range(c.n):
@@ -267,6 +275,8 @@ def cmd_run(a):
                         argv += ["--pause-at", str(f["at"]), "--pause-seconds", str(f["seconds"])]
                 env = dict(os.environ, GLOO_SOCKET_IFNAME=c.veth(k), OMP_NUM_THREADS="1")
                 log = open(os.path.join(out, "logs", f"{j['name']}.rank{r}.log"), "w")
+                if a.nice:
+                    argv = ["nice", "-n", str(a.nice)] + argv
                 procs.append((j, r, c.popen(k, argv, env=env, stdout=log, stderr=subprocess.STDOUT)))
 
         t_train = time.time()
@@ -276,6 +286,8 @@ def cmd_run(a):
         unlaunched = list(jobs)
         # Supervise: apply timed faults, notice hangs, failures and the end.
         hang_seen = {}
+        last_poll = 0.0
+        progress = {j["name"]: -1 for j in jobs}
         deadline = t_train + a.timeout
         while True:
             now = time.time()
@@ -311,10 +323,30 @@ def cmd_run(a):
                 break
             if now > deadline:
                 raise RuntimeError(f"training did not finish within {a.timeout} s (see {out}/logs)")
+            for j in jobs:  # progress for people: one line per iteration of rank 0
+                k = last_iter(os.path.join(out, "truth"), j["name"], 0)
+                if k > progress[j["name"]]:
+                    progress[j["name"]] = k
+                    print(f"testbed: {j['name']} iteration {k + 1}/{j['iters']} done", flush=True)
+            if stack and now - last_poll >= 0.5:
+                stack.poll_states()
+                last_poll = time.time()
             time.sleep(0.1)
         manifest["train_ended"] = time.time()
         # A short tail: the last FIN/ACK exchanges and the quiet after a normal end belong to the recording.
         time.sleep(a.tail)
+        if stack:
+            settle_end = time.time() + a.settle  # the aggregator's analysis catches up with the end
+            while time.time() < settle_end:
+                stack.poll_states()
+                time.sleep(0.5)
+            with open(os.path.join(out, "live.json"), "w") as f:
+                json.dump(stack.snapshot(), f, indent=1)
+            manifest["live"]["snapshot_at"] = time.time()
+            view = stack.view()
+            with open(os.path.join(out, "live_view.txt"), "w") as f:
+                f.write(view + "\n")
+            print(view, flush=True)
         # Stop the capture first: a hung job's connections must still be open in the recording.
         stats = {}
         for k, p in tcpdumps.items():
@@ -337,6 +369,11 @@ def cmd_run(a):
         manifest["error"] = str(sys.exc_info()[1])
         raise
     finally:
+        # A second Ctrl-C must not interrupt the clean-up itself.
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_IGN)
+        if stack:
+            stack.stop()
         for _, _, p in procs:
             if p.poll() is None:
                 try:
@@ -383,6 +420,19 @@ def cmd_up(a):
     print(c.run_id)
     for k in range(c.n):
         print(f"{c.node(k)} ns={c.ns(k)} iface={c.veth(k)} ip={c.ip(k)}")
+    if a.live:
+        out = a.data or os.path.join("/tmp", f"netprism-testbed-{c.run_id}")
+        os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+        try:
+            s = lv.LiveStack(c, out, a.agent, a.aggregator_bin, a.netprism)
+            s.start(detach=True)
+        except BaseException:
+            c.teardown()
+            raise
+        print(f"live: agents on every node, aggregator {s.ingest}; query with\n"
+              f"  {s.netprism} --aggregator {s.query} jobs\n"
+              f"run jobs with: scripts/testbed run --cluster {c.run_id} ... --out DIR; logs in {out}/logs")
+    print(f"remove with: scripts/testbed down {c.run_id}")
     return 0
 
 
@@ -409,6 +459,11 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="create a cluster and leave it up")
     up.add_argument("--nodes", type=int, required=True)
+    up.add_argument("--live", action="store_true", help="start agents + aggregator that stay up until `down`")
+    up.add_argument("--data", help="live: directory for the aggregator's data and logs")
+    up.add_argument("--agent")
+    up.add_argument("--aggregator-bin")
+    up.add_argument("--netprism")
     dn = sub.add_parser("down", help="remove clusters by run id, or every leftover with --all")
     dn.add_argument("run_id", nargs="*")
     dn.add_argument("--all", action="store_true")
@@ -434,6 +489,17 @@ def main(argv=None):
         r.add_argument("--force", action="store_true", help="overwrite a non-empty --out")
         r.add_argument("--gap-ms", type=float, default=1.0, help="flowlet idle gap for flows.csv")
         r.add_argument("--no-capture", dest="capture", action="store_false")
+        r.add_argument("--live", action="store_true",
+                       help="also run netprism-agent in every namespace and netprism-aggregator on the host; "
+                            "DIR/live.json gets netprism's view (jobs/job/timeline/diagnose)")
+        r.add_argument("--agent", help="netprism-agent binary (default build/agent/netprism-agent, then PATH)")
+        r.add_argument("--aggregator-bin", help="netprism-aggregator binary (default build/aggregator/...)")
+        r.add_argument("--netprism", help="netprism CLI binary (default build/aggregator/netprism)")
+        r.add_argument("--settle", type=float, default=3.0, help="live: seconds to wait after the end")
+        r.add_argument("--nice", type=int, default=-5,
+                       help="scheduling niceness of the ranks (default -5): they mostly wait on emulated GPU "
+                            "kernels and use little CPU, but when they wake they should not queue behind "
+                            "unrelated builds on the shared cores; that queueing is noise, not the job's timing")
         r.add_argument("--tail", type=float, default=1.0, help="seconds captured after the last job ended")
         r.add_argument("--timeout", type=float, default=600, help="give up after this many seconds of training")
     cv = sub.add_parser("convert", help="rebuild DIR/flows.csv from DIR/pcap")

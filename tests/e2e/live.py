@@ -1,0 +1,148 @@
+#!/usr/bin/python3
+"""Live mode of the testbed: one `netprism-agent` per namespace on its veth, one `netprism-aggregator` on the
+host (listening on the bridge address), queried with the `netprism` CLI (contracts.md).
+
+Used by testbed.py run --live. The agents reach the aggregator over the same veth the training uses (as on a
+real cluster, where the agents share the node's NIC); the agent excludes its own traffic.
+"""
+import json
+import os
+import random
+import subprocess
+import time
+
+REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+
+def default_bin(name):
+    """build/<dir>/<name> of this checkout, else PATH."""
+    sub = {"netprism-agent": "agent", "netprism-aggregator": "aggregator", "netprism": "aggregator"}[name]
+    cand = os.path.join(REPO, "build", sub, name)
+    return cand if os.access(cand, os.X_OK) else name
+
+
+class LiveStack:
+    def __init__(self, cluster, out, agent=None, aggregator=None, netprism=None):
+        self.c = cluster
+        self.out = out
+        self.agent = agent or default_bin("netprism-agent")
+        self.aggregator = aggregator or default_bin("netprism-aggregator")
+        self.netprism = netprism or default_bin("netprism")
+        port = random.randrange(41000, 49000)
+        self.ingest = f"tcp://{cluster.host_ip}:{port}"
+        self.query = f"tcp://127.0.0.1:{port + 1}"
+        self.agg_proc = None
+        self.agents = {}
+        self.attached = False
+        self.events = []  # (time, what) observed while polling
+
+    def cli(self, *args, timeout=15):
+        r = subprocess.run([self.netprism, "--aggregator", self.query] + list(args) + ["--json"], text=True,
+                           capture_output=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"netprism {' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
+        return json.loads(r.stdout)
+
+    @classmethod
+    def attach(cls, cluster, out):
+        """The stack an `up --live` cluster already runs (left running at the end)."""
+        live = cluster.extra["live"]
+        s = cls(cluster, out, netprism=live.get("netprism"))
+        s.ingest, s.query, s.attached = live["ingest"], live["query"], True
+        return s
+
+    def start(self, timeout=30, detach=False):
+        """detach: the processes outlive this driver (`up --live`); they are recorded in the cluster's state
+        and ended by its teardown."""
+        data = os.path.join(self.out, "live", "aggregator")
+        os.makedirs(data, exist_ok=True)
+        log = open(os.path.join(self.out, "logs", "aggregator.log"), "w")
+        self.agg_proc = subprocess.Popen([self.aggregator, "--listen", self.ingest, "--query", self.query,
+                                          "--data-dir", data], stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=detach)
+        self.c.track(self.agg_proc.pid)
+        for k in range(self.c.n):
+            node = self.c.node(k)
+            spool = os.path.join(self.out, "live", "spool", node)
+            os.makedirs(spool, exist_ok=True)
+            alog = open(os.path.join(self.out, "logs", f"agent.{node}.log"), "w")
+            self.agents[node] = self.c.popen(k, [self.agent, "--aggregator", self.ingest, "--node", node, "--iface",
+                                                 self.c.veth(k), "--spool-dir", spool],
+                                             stdout=alog, stderr=subprocess.STDOUT, start_new_session=detach)
+        deadline = time.time() + timeout
+        last = None
+        while time.time() < deadline:
+            for node, p in self.agents.items():
+                if p.poll() is not None:
+                    raise RuntimeError(f"netprism-agent on {node} exited with {p.returncode} (logs/agent.{node}.log)")
+            if self.agg_proc.poll() is not None:
+                raise RuntimeError(f"netprism-aggregator exited with {self.agg_proc.returncode} (logs/aggregator.log)")
+            try:
+                st = self.cli("status", timeout=12)
+                up = {a["node"] for a in st.get("agents", []) if a.get("connected")}
+                if up >= set(self.agents):
+                    self.c.extra["live"] = {"ingest": self.ingest, "query": self.query, "netprism": self.netprism,
+                                            "data": os.path.dirname(data)}
+                    self.c.save()
+                    return
+                last = f"connected: {sorted(up)}"
+            except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as e:
+                last = str(e)
+            time.sleep(0.5)
+        raise RuntimeError(f"agents did not all connect within {timeout} s ({last})")
+
+    def poll_states(self):
+        """Record when each job's state or findings change (hang detection latency)."""
+        try:
+            jobs = self.cli("jobs", timeout=5).get("jobs", [])
+        except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError):
+            return
+        now = time.time()
+        for j in jobs:
+            key = ("state", j.get("id"), j.get("state"))
+            if key not in {e[1] for e in self.events}:
+                self.events.append((now, key))
+
+    def snapshot(self):
+        """netprism's whole view, shaped like `netprism analyze --json`, for the scorer."""
+        jobs = []
+        for j in self.cli("jobs").get("jobs", []):
+            d = dict(j)
+            d["parallelism"] = self.cli("job", j["id"]).get("parallelism", {})
+            d["iterations"] = self.cli("timeline", j["id"]).get("iterations", [])
+            d["findings"] = self.cli("diagnose", j["id"]).get("findings", [])
+            jobs.append(d)
+        return {"jobs": jobs, "status": self.cli("status"),
+                "events": [{"time": t, "what": list(w)} for t, w in self.events]}
+
+    def view(self):
+        """The CLI's human-readable view of every job, as a person would ask for it."""
+        lines = []
+
+        def run(*args):
+            r = subprocess.run([self.netprism, "--aggregator", self.query] + list(args), text=True,
+                               capture_output=True, timeout=15)
+            lines.append(f"$ netprism {' '.join(args)}")
+            lines.append((r.stdout + r.stderr).rstrip())
+
+        run("jobs")
+        try:
+            ids = [j["id"] for j in self.cli("jobs").get("jobs", [])]
+        except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError):
+            ids = []
+        for i in ids:
+            for cmd in ("job", "timeline", "diagnose"):
+                run(cmd, i)
+        return "\n".join(lines)
+
+    def stop(self):
+        if self.attached:
+            return
+        for p in list(self.agents.values()) + ([self.agg_proc] if self.agg_proc else []):
+            if p.poll() is None:
+                p.terminate()
+        for p in list(self.agents.values()) + ([self.agg_proc] if self.agg_proc else []):
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
