@@ -21,9 +21,7 @@
 #include "netprism/version.hpp"
 #include "netprism/wire.hpp"
 #include "probe/probe.hpp"
-#include "rdma_netlink.hpp"
-#include "rdma_sysfs.hpp"
-#include "rdma_verbs.hpp"
+#include "rdma_source.hpp"
 #include "spool.hpp"
 #include "tc_qdisc.hpp"
 
@@ -94,9 +92,7 @@ class Agent {
  private:
   bool setup(std::string& err);
   void on_flowlet(const np_flowlet& f);
-  void seal_and_submit(uint64_t now);
-  void sample_rdma(uint64_t now);
-  void refresh_qps(uint64_t now);
+  void seal_and_submit();
   void run_budget(uint64_t now);
   void apply_level();
   void shutdown();
@@ -126,11 +122,7 @@ class Agent {
   std::unique_ptr<Delivery> delivery_;
   std::unique_ptr<Batcher> batcher_;
   std::unique_ptr<Budget> budget_;
-  std::vector<InterfaceInfo> rdma_ifaces_;
-  std::vector<RdmaPortPath> rdma_ports_;
-  std::unique_ptr<RdmaBurstTracker> rdma_tracker_;
-  bool qp_available_ = true;
-  uint64_t qp_rows_ = 0, rdma_read_errors_ = 0;
+  std::unique_ptr<RdmaSource> rdma_;
 
   uint64_t captured_ = 0, batched_records_ = 0;
   uint64_t base_gap_ns_ = 0, base_max_burst_ns_ = 0;
@@ -138,7 +130,7 @@ class Agent {
   int zmq_fd_watched_ = -1;
   uint64_t zmq_gen_watched_ = 0;
 
-  uint64_t next_idle_flush_ = 0, next_rdma_ = 0, next_rdma_ship_ = 0, next_qp_ = 0, next_clock_ = 0;
+  uint64_t next_idle_flush_ = 0, next_clock_ = 0;
   uint64_t budget_window_start_ = 0, budget_cpu_start_ = 0, budget_records_start_ = 0;
 };
 
@@ -165,16 +157,7 @@ Counters Agent::counters() const {
   if (probe_) last_probe_counters_ = probe_->counters();  // kept for heartbeats after the probe is released
   for (int i = 0; i < NP_CNT_MAX; ++i)
     c[probe_counter_name(i)] = last_probe_counters_[static_cast<std::size_t>(i)];
-  if (rdma_tracker_) {
-    const auto& r = rdma_tracker_->stats();
-    c["rdma_samples"] = r.samples;
-    c["rdma_bursts"] = r.bursts;
-    c["rdma_counter_wraps"] = r.wraps;
-    c["rdma_counter_resets"] = r.resets;
-    c["rdma_counter_saturated"] = r.saturated;
-  }
-  c["rdma_read_errors"] = rdma_read_errors_;
-  c["rdma_qps"] = qp_rows_;
+  if (rdma_) rdma_->add_counters(c);
   c["budget_level"] = static_cast<uint64_t>(budget_->level().level);
   c["budget_degrade_steps"] = budget_->degrade_steps();
   c["budget_recover_steps"] = budget_->recover_steps();
@@ -191,7 +174,7 @@ Hello Agent::make_hello() {
   h.agent_version = kVersion;
   h.epoch = epoch_;
   h.interfaces = interface_info(o_.ifaces);
-  h.interfaces.insert(h.interfaces.end(), rdma_ifaces_.begin(), rdma_ifaces_.end());
+  if (rdma_) h.interfaces.insert(h.interfaces.end(), rdma_->interfaces().begin(), rdma_->interfaces().end());
   h.clock = read_clock_discipline();
   h.sent_ns = real_now_ns();
   return h;
@@ -204,11 +187,10 @@ void Agent::on_flowlet(const np_flowlet& f) {
   ++captured_;
   uint64_t now = mono_now_ns();
   batcher_->add(w, now);
-  if (batcher_->full()) seal_and_submit(now);
+  if (batcher_->full()) seal_and_submit();
 }
 
-void Agent::seal_and_submit(uint64_t now) {
-  (void)now;
+void Agent::seal_and_submit() {
   if (batcher_->records() == 0) return;
   uint32_t n = static_cast<uint32_t>(batcher_->records());
   batched_records_ += n;
@@ -289,23 +271,14 @@ bool Agent::setup(std::string& err) {
   budget_ = std::make_unique<Budget>(o_.budget);
 
   if (o_.rdma_enabled) {
-    std::string verr;
-    auto ports = enumerate_rdma_ports(verr);
-    rdma_ifaces_ = rdma_interfaces(ports);
-    rdma_ports_ = list_rdma_ports(o_.rdma_sysfs);
-    if (rdma_ports_.empty() && ports.empty()) {
-      log_info("no RDMA devices (libibverbs found none, " + o_.rdma_sysfs +
-               " has no ports); watching TCP/UDP traffic only");
-      qp_available_ = false;
-    } else {
-      // Sampling resolution bounds the burst rule: a gap shorter than two samples cannot be seen.
-      uint64_t gap = std::max(base_gap_ns_, 2 * o_.rdma_sample_ns);
-      rdma_tracker_ = std::make_unique<RdmaBurstTracker>(gap, std::max(base_max_burst_ns_, gap));
-      log_info("RDMA: " + std::to_string(ports.size()) + " verbs ports, " +
-               std::to_string(rdma_ports_.size()) + " sysfs ports under " + o_.rdma_sysfs +
-               " sampled every " + std::to_string(o_.rdma_sample_ns / 1'000'000) + " ms" +
-               (verr.empty() ? "" : " (" + verr + ")"));
-    }
+    RdmaSourceOptions ro;
+    ro.sysfs_root = o_.rdma_sysfs;
+    ro.sample_ns = o_.rdma_sample_ns;
+    ro.ship_samples_ns = o_.rdma_ship_samples_ns;
+    ro.qp_refresh_ns = o_.rdma_qp_refresh_ns;
+    ro.gap_ns = base_gap_ns_;
+    ro.max_burst_ns = base_max_burst_ns_;
+    rdma_ = std::make_unique<RdmaSource>(ro, clock_);
   }
 
   DeliveryOptions dopt = o_.delivery;
@@ -323,39 +296,6 @@ bool Agent::setup(std::string& err) {
   return true;
 }
 
-void Agent::sample_rdma(uint64_t now) {
-  if (!rdma_tracker_) return;
-  bool ship = now >= next_rdma_ship_;
-  if (ship) next_rdma_ship_ = now + o_.rdma_ship_samples_ns;
-  std::vector<RdmaPortBurst> bursts;
-  for (const auto& p : rdma_ports_) {
-    RawPortCounters c;
-    std::string err;
-    if (!read_port_counters(p, c, err)) {
-      if (rdma_read_errors_++ == 0) log_warn("RDMA: " + err + " (further read errors only counted)");
-      continue;
-    }
-    uint64_t ts = clock_.to_realtime(mono_now_ns());
-    rdma_tracker_->feed(p.device, p.port, ts, c, bursts);
-    if (ship) batcher_->add(to_sample(p, ts, c), now);
-  }
-  rdma_tracker_->flush(bursts, clock_.to_realtime(now));
-  for (auto& b : bursts) batcher_->add(b, now);
-}
-
-void Agent::refresh_qps(uint64_t now) {
-  if (!qp_available_) return;
-  std::vector<QpEntry> qps;
-  std::string err;
-  if (!read_qp_table(qps, err)) {
-    log_info("RDMA QP table not available (" + err + "); RoCE traffic is not attributed to QPs");
-    qp_available_ = false;
-    return;
-  }
-  qp_rows_ = qps.size();
-  for (auto& q : qps) batcher_->add(q, now);
-}
-
 void Agent::apply_level() {
   BudgetLevel l = budget_->level();
   batcher_->set_flush_interval(o_.batching.flush_interval_ns * l.flush_multiplier);
@@ -363,10 +303,7 @@ void Agent::apply_level() {
   if (probe_ &&
       !probe_->set_thresholds(base_gap_ns_ * l.gap_multiplier, base_max_burst_ns_ * l.gap_multiplier, err))
     log_warn("budget: cannot retune the probe: " + err);
-  if (rdma_tracker_) {
-    uint64_t gap = std::max(base_gap_ns_, 2 * o_.rdma_sample_ns) * l.gap_multiplier;
-    rdma_tracker_->set_thresholds(gap, std::max(base_max_burst_ns_ * l.gap_multiplier, gap));
-  }
+  if (rdma_) rdma_->set_gap_multiplier(l.gap_multiplier);
 }
 
 void Agent::run_budget(uint64_t now) {
@@ -432,13 +369,8 @@ void Agent::shutdown() {
   probe_->flush_idle(mono_now_ns(), true, sink);
   probe_->poll(sink);
   uint64_t now = mono_now_ns();
-  if (rdma_tracker_) {
-    sample_rdma(now);  // one last reading, so the counters' movement up to the exit is reported
-    std::vector<RdmaPortBurst> bursts;
-    rdma_tracker_->flush(bursts);
-    for (auto& b : bursts) batcher_->add(b, now);
-  }
-  seal_and_submit(now);
+  if (rdma_) rdma_->finish(now, *batcher_);
+  seal_and_submit();
   release_probe();
 }
 
@@ -464,9 +396,10 @@ int Agent::run() {
     return 1;
   }
   epfd_ = ep.get();
-  // The tick drives every timer below; 10 ms is the finest one (RDMA sampling), and the batch deadline
-  // (100 ms) is met within one tick.
-  uint64_t tick_ns = std::min<uint64_t>(rdma_tracker_ ? o_.rdma_sample_ns : 50'000'000ull, 10'000'000ull);
+  // The tick drives every timer below. 10 ms meets the batch deadline (100 ms) and the idle flush to within
+  // a tenth; a faster RDMA sampling period sets a faster tick, never below 1 ms.
+  constexpr uint64_t kTickNs = 10'000'000ull;
+  uint64_t tick_ns = rdma_ && rdma_->sampling() ? std::min(o_.rdma_sample_ns, kTickNs) : kTickNs;
   tick_ns = std::max<uint64_t>(tick_ns, 1'000'000ull);
   itimerspec its{};
   its.it_interval.tv_sec = static_cast<time_t>(tick_ns / 1'000'000'000ull);
@@ -529,15 +462,8 @@ int Agent::run() {
       probe_->flush_idle(now, false, sink);
       next_idle_flush_ = now + o_.idle_flush_ns;
     }
-    if (rdma_tracker_ && now >= next_rdma_) {
-      sample_rdma(now);
-      next_rdma_ = now + o_.rdma_sample_ns;
-    }
-    if (now >= next_qp_) {
-      refresh_qps(now);
-      next_qp_ = now + o_.rdma_qp_refresh_ns;
-    }
-    if (batcher_->due(now)) seal_and_submit(now);
+    if (rdma_) rdma_->tick(now, *batcher_);
+    if (batcher_->due(now)) seal_and_submit();
     if (now >= next_clock_) {
       int64_t moved = clock_.calibrate();
       ++recalibrations_;

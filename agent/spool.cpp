@@ -150,9 +150,13 @@ void Spool::drop(BatchKey k, const char* why) {
   if (it == index_.end()) return;
   ++stats_.dropped_batches;
   stats_.dropped_records += it->second.records;
-  log_warn(std::string("spool: dropped oldest batch epoch=") + std::to_string(k.epoch) +
-           " seq=" + std::to_string(k.seq) + " (" + std::to_string(it->second.records) + " records): " + why +
-           "; total dropped " + std::to_string(stats_.dropped_batches) + " batches");
+  // A full spool drops at the batch rate: the first drop and every 100th are logged with the running totals
+  // (the exact numbers are the dropped_spool_full counter shipped with every batch).
+  if (stats_.dropped_batches % 100 == 1)
+    log_warn(std::string("spool: dropped oldest batch epoch=") + std::to_string(k.epoch) +
+             " seq=" + std::to_string(k.seq) + " (" + std::to_string(it->second.records) +
+             " records): " + why + "; total dropped " + std::to_string(stats_.dropped_batches) +
+             " batches, " + std::to_string(stats_.dropped_records) + " records");
   erase(k);
 }
 
@@ -183,8 +187,11 @@ bool Spool::push(BatchKey key, const std::string& payload, uint32_t records) {
   if (!ok) {
     int e = errno;
     ::unlink(tmp.c_str());
-    ++stats_.write_errors;
-    log_error("spool: cannot write " + final_path + ": " + std::strerror(e));
+    // Disk full or read-only: every batch would fail alike, so log the first and then every 100th; the
+    // counter (dropped_spool_error) has the exact number.
+    if (stats_.write_errors++ % 100 == 0)
+      log_error("spool: cannot write " + final_path + ": " + std::strerror(e) + " (" +
+                std::to_string(stats_.write_errors) + " write errors so far)");
     return false;
   }
   if (dir_fd_ >= 0) ::fsync(dir_fd_);  // make the rename itself durable

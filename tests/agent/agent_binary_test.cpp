@@ -164,7 +164,10 @@ TEST(AgentBinary, FixtureRdmaSysfsShipsSamplesAndBurstsThenStopsCleanly) {
     }
     last = b.counters;
   }
-  EXPECT_EQ(bursts, 2u);
+  // Two separate activities, so at least two bursts. The fixture writes its four counter files one by one;
+  // on a loaded machine the agent may read between two writes and see one activity as two (as it would
+  // with real counters updated independently). The exact gap rule is covered by the tracker's own tests.
+  EXPECT_GE(bursts, 2u);
   EXPECT_EQ(xb, 3000u * 4);  // words x 4
   EXPECT_EQ(rb, 500u * 4);
   EXPECT_EQ(xp, 30u);

@@ -29,6 +29,7 @@ ap.add_argument("--cli", required=True)
 ap.add_argument("--outage", type=float, default=0.0)
 ap.add_argument("--mode", default="tc")
 ap.add_argument("--seconds", type=float, default=6.0, help="how long the paced transfer lasts")
+ap.add_argument("--flows", type=int, default=1, help="parallel TCP connections carrying the bytes")
 ap.add_argument("--restart-agent", action="store_true",
                 help="during the outage, after the transfer: SIGTERM the agent (its unacknowledged batches go to "
                      "the spool) and start a new one, which must deliver the earlier run's batches")
@@ -96,34 +97,47 @@ def start_aggregator():
 
 
 RECEIVER = r"""
-import socket, sys
+import selectors, socket, sys
+want = int(sys.argv[3])                       # connections to serve before reporting
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[1], 5201)); s.listen(1)
+s.bind((sys.argv[1], 5201)); s.listen(1024)
 open(sys.argv[2] + ".ready", "w").close()
-c, _ = s.accept(); n = 0
-while True:
-    b = c.recv(1 << 20)
-    if not b: break
-    n += len(b)
+sel = selectors.DefaultSelector(); sel.register(s, selectors.EVENT_READ)
+n = closed = 0
+while closed < want:
+    for key, _ in sel.select():
+        if key.fileobj is s:
+            c, _ = s.accept(); sel.register(c, selectors.EVENT_READ)
+            continue
+        b = key.fileobj.recv(1 << 20)
+        if b:
+            n += len(b)
+        else:
+            sel.unregister(key.fileobj); key.fileobj.close(); closed += 1
 open(sys.argv[2], "w").write(str(n))
 """
 
 SENDER = r"""
 import socket, struct, sys, time
-total, seconds = int(sys.argv[2]), float(sys.argv[3])
-chunks = max(1, int(seconds / 0.05))          # a chunk every 50 ms: many bursts, many batches
-s = socket.create_connection((sys.argv[1], 5201))
+total, seconds, flows = int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+chunks = max(1, int(seconds / 0.05))          # a round every 50 ms: many bursts, many batches
+socks = [socket.create_connection((sys.argv[1], 5201)) for _ in range(flows)]
 sent, t0 = 0, time.time()
 for i in range(chunks):
     n = total // chunks + (1 if i < total % chunks else 0)
+    s = socks[i % flows]
     s.sendall(b"\xa5" * n); sent += n
     time.sleep(max(0.0, t0 + (i + 1) * seconds / chunks - time.time()))
-s.shutdown(socket.SHUT_WR)
-s.recv(1)                                     # the receiver closes after reading everything: all acked
-info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 232)
-# struct tcp_info: tcpi_bytes_sent (payload octets out, retransmissions included) at 200, bytes_retrans at 208
-wire, retrans = struct.unpack_from("=QQ", info, 200)
-s.close()
+wire = retrans = 0
+for s in socks:
+    s.shutdown(socket.SHUT_WR)
+for s in socks:
+    s.recv(1)                                 # the receiver closes after reading everything: all acked
+    info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 232)
+    # struct tcp_info: tcpi_bytes_sent (payload octets out, retransmissions included) at 200, bytes_retrans at 208
+    w, r = struct.unpack_from("=QQ", info, 200)
+    wire += w; retrans += r
+    s.close()
 print(sent, wire, retrans)
 """
 
@@ -155,7 +169,7 @@ try:
         raise RuntimeError("agent never showed as connected in `netprism status`")
 
     received = f"{tmp}/received"
-    spawn(["/usr/bin/python3", "-c", RECEIVER, ip_b, received], ns_b, f"{tmp}/receiver.log")
+    spawn(["/usr/bin/python3", "-c", RECEIVER, ip_b, received, str(args.flows)], ns_b, f"{tmp}/receiver.log")
     while not os.path.exists(received + ".ready"):
         time.sleep(0.05)
     total = random.randint(30_000_000, 40_000_000)
@@ -186,7 +200,8 @@ try:
     if killer:
         killer.start()
     t0 = time.time()
-    out = sh(["/usr/bin/python3", "-c", SENDER, ip_b, str(total), str(args.seconds)], ns=ns_a).split()
+    out = sh(["/usr/bin/python3", "-c", SENDER, ip_b, str(total), str(args.seconds), str(args.flows)],
+             ns=ns_a).split()
     sent, wire, retrans = (int(x) for x in out)
     print(f"sent {sent} bytes in {time.time() - t0:.1f} s; on the wire {wire} ({retrans} retransmitted)", flush=True)
     transfer_done.set()
@@ -225,6 +240,8 @@ try:
         keys = {(f["src"], f["dst"], f["src_port"], f["dst_port"], f["proto"]) for f in data}
         if len(keys) != len(data):
             fail(f"duplicate entries for one flow key: {data}")
+        if len(keys) != args.flows:
+            fail(f"{len(keys)} flows reported for the transfer, {args.flows} connections made")
         own = [f for f in fl["flows"] if 7470 in (f["src_port"], f["dst_port"])]
         if own:
             fail(f"the agent's own traffic to the aggregator was observed: {own}")

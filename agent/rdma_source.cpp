@@ -1,0 +1,102 @@
+#include "rdma_source.hpp"
+
+#include <algorithm>
+
+#include "log.hpp"
+#include "rdma_netlink.hpp"
+#include "rdma_verbs.hpp"
+
+namespace netprism::agent {
+
+RdmaSource::RdmaSource(const RdmaSourceOptions& o, const MonoToRealtime& clock) : o_(o), clock_(clock) {
+  std::string verr;
+  auto verbs_ports = enumerate_rdma_ports(verr);
+  ifaces_ = rdma_interfaces(verbs_ports);
+  ports_ = list_rdma_ports(o_.sysfs_root);
+  if (ports_.empty() && verbs_ports.empty()) {
+    log_info("no RDMA devices (libibverbs found none, " + o_.sysfs_root +
+             " has no ports); watching TCP/UDP traffic only");
+    qp_available_ = false;
+    return;
+  }
+  tracker_ = std::make_unique<RdmaBurstTracker>(effective_gap(), std::max(o_.max_burst_ns, effective_gap()));
+  log_info("RDMA: " + std::to_string(verbs_ports.size()) + " verbs ports, " + std::to_string(ports_.size()) +
+           " sysfs ports under " + o_.sysfs_root + " sampled every " +
+           std::to_string(o_.sample_ns / 1'000'000) + " ms" + (verr.empty() ? "" : " (" + verr + ")"));
+}
+
+// Sampling resolution bounds the burst rule: a gap shorter than two samples cannot be seen.
+uint64_t RdmaSource::effective_gap() const {
+  return std::max(o_.gap_ns, 2 * o_.sample_ns);
+}
+
+void RdmaSource::tick(uint64_t now, Batcher& out) {
+  if (tracker_ && now >= next_sample_) {
+    sample(now, out);
+    next_sample_ = now + o_.sample_ns;
+  }
+  if (qp_available_ && now >= next_qp_) {
+    refresh_qps(now, out);
+    next_qp_ = now + o_.qp_refresh_ns;
+  }
+}
+
+void RdmaSource::sample(uint64_t now, Batcher& out) {
+  bool ship = now >= next_ship_;
+  if (ship) next_ship_ = now + o_.ship_samples_ns;
+  std::vector<RdmaPortBurst> bursts;
+  for (const auto& p : ports_) {
+    RawPortCounters c;
+    std::string err;
+    if (!read_port_counters(p, c, err)) {
+      if (read_errors_++ == 0) log_warn("RDMA: " + err + " (further read errors only counted)");
+      continue;
+    }
+    uint64_t ts = clock_.to_realtime(mono_now_ns());
+    tracker_->feed(p.device, p.port, ts, c, bursts);
+    if (ship) out.add(to_sample(p, ts, c), now);
+  }
+  tracker_->flush(bursts, clock_.to_realtime(now));
+  for (auto& b : bursts) out.add(b, now);
+}
+
+void RdmaSource::refresh_qps(uint64_t now, Batcher& out) {
+  std::vector<QpEntry> qps;
+  std::string err;
+  if (!read_qp_table(qps, err)) {
+    log_info("RDMA QP table not available (" + err + "); RoCE traffic is not attributed to QPs");
+    qp_available_ = false;
+    return;
+  }
+  qp_rows_ = qps.size();
+  for (auto& q : qps) out.add(q, now);
+}
+
+void RdmaSource::finish(uint64_t now, Batcher& out) {
+  if (!tracker_) return;
+  sample(now, out);  // one last reading, so the counters' movement up to the exit is reported
+  std::vector<RdmaPortBurst> bursts;
+  tracker_->flush(bursts);
+  for (auto& b : bursts) out.add(b, now);
+}
+
+void RdmaSource::set_gap_multiplier(uint32_t m) {
+  if (!tracker_) return;
+  uint64_t gap = effective_gap() * m;
+  tracker_->set_thresholds(gap, std::max(o_.max_burst_ns * m, gap));
+}
+
+void RdmaSource::add_counters(Counters& c) const {
+  if (tracker_) {
+    const auto& r = tracker_->stats();
+    c["rdma_samples"] = r.samples;
+    c["rdma_bursts"] = r.bursts;
+    c["rdma_counter_wraps"] = r.wraps;
+    c["rdma_counter_resets"] = r.resets;
+    c["rdma_counter_saturated"] = r.saturated;
+  }
+  c["rdma_read_errors"] = read_errors_;
+  c["rdma_qps"] = qp_rows_;
+}
+
+}  // namespace netprism::agent

@@ -1,0 +1,56 @@
+// Everything RDMA the agent ships: devices and GIDs for HELLO (libibverbs), port counter samples and the
+// bursts made from their deltas (sysfs), and the QP table (RDMA netlink). Without RDMA devices it logs one
+// line and stays inactive.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "batcher.hpp"
+#include "clock.hpp"
+#include "netprism/records.hpp"
+#include "rdma_sysfs.hpp"
+
+namespace netprism::agent {
+
+struct RdmaSourceOptions {
+  std::string sysfs_root;
+  uint64_t sample_ns = 0;        // counter sampling period
+  uint64_t ship_samples_ns = 0;  // how often raw cumulative samples are shipped
+  uint64_t qp_refresh_ns = 0;
+  uint64_t gap_ns = 0;  // the probe's burst rule
+  uint64_t max_burst_ns = 0;
+};
+
+class RdmaSource {
+ public:
+  RdmaSource(const RdmaSourceOptions& o, const MonoToRealtime& clock);
+
+  bool sampling() const { return tracker_ != nullptr; }
+  const std::vector<InterfaceInfo>& interfaces() const { return ifaces_; }
+  // Runs what is due at `now` (CLOCK_MONOTONIC): a counter reading, a QP table refresh.
+  void tick(uint64_t now, Batcher& out);
+  // At exit: one last reading, then every open burst.
+  void finish(uint64_t now, Batcher& out);
+  // Overload control: coarser bursts (the gap and maximum duration scaled).
+  void set_gap_multiplier(uint32_t m);
+  void add_counters(Counters& c) const;
+
+ private:
+  void sample(uint64_t now, Batcher& out);
+  void refresh_qps(uint64_t now, Batcher& out);
+  uint64_t effective_gap() const;
+
+  RdmaSourceOptions o_;
+  const MonoToRealtime& clock_;
+  std::vector<InterfaceInfo> ifaces_;
+  std::vector<RdmaPortPath> ports_;
+  std::unique_ptr<RdmaBurstTracker> tracker_;
+  bool qp_available_ = true;
+  uint64_t qp_rows_ = 0, read_errors_ = 0;
+  uint64_t next_sample_ = 0, next_ship_ = 0, next_qp_ = 0;
+};
+
+}  // namespace netprism::agent
