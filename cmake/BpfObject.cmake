@@ -19,6 +19,9 @@ function(bpf_vmlinux_rule)
     COMMAND ${CMAKE_COMMAND} -E rename ${NETPRISM_VMLINUX_H}.tmp ${NETPRISM_VMLINUX_H}
     COMMENT "Generating vmlinux.h from ${NETPRISM_VMLINUX_BTF}"
     VERBATIM)
+  # One target owns the header; every skeleton target is ordered after it. Listing the file only as a DEPENDS
+  # of several targets would let parallel make run the rule twice and race on the rename.
+  add_custom_target(netprism_vmlinux_h DEPENDS ${NETPRISM_VMLINUX_H})
 endfunction()
 
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
@@ -52,6 +55,7 @@ function(bpf_object name source)
     COMMENT "BPF skeleton ${name}"
     VERBATIM)
   add_custom_target(${name}_skel_gen DEPENDS ${skel} ${obj})
+  add_dependencies(${name}_skel_gen netprism_vmlinux_h)
   add_library(${name}_skel INTERFACE)
   add_dependencies(${name}_skel ${name}_skel_gen)
   target_include_directories(${name}_skel INTERFACE ${NETPRISM_BPF_GEN_DIR})
