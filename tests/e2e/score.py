@@ -29,7 +29,7 @@ d_i(r) = sync_end_i(r) - sync_end_{i-1}(r) is compared with the group's median, 
 duration d_i = B_i - B_{i-1}; the distribution over members and iterations is the truth's own noise, printed
 beside netprism's error: netprism cannot be judged more precisely than the truth agrees with itself. (Different
 DP groups legitimately finish at different times, so they are not compared with each other.) Without data
-parallelism (dp = 1) there is no shared synchronisation, and each rank is compared with d_i instead.
+parallelism (dp = 1) there is no shared synchronisation, and all ranks of the job form the one group.
 
 MATCHING BY TIME, NOT INDEX. netprism's index 0 is simply the first iteration it saw. Each netprism boundary
 (the end of each iteration, and the start of its first) is matched to the nearest truth boundary if it is within
@@ -102,7 +102,7 @@ class TruthJob:
             self.bound[-1] = statistics.median(r["start"] for r in iters[0].values())
         self.durations = {i: self.bound[i] - self.bound[i - 1] for i in self.complete if i - 1 in self.bound}
         # Noise (see the module comment): members of one DP group against their group's median duration;
-        # without data parallelism (dp = 1) every rank against the job's boundary-to-boundary duration.
+        # without data parallelism (dp = 1) every rank of the job against the median over all its ranks.
         self.noise = []
         for i in self.complete:
             if i - 1 < 0 or i - 1 not in iters or i not in self.durations:
@@ -113,7 +113,7 @@ class TruthJob:
             for rk, d in own.items():
                 groups.setdefault(iters[i][rk]["dp_group"] if dp > 1 else 0, []).append(d)
             for ds in groups.values():
-                ref = statistics.median(ds) if dp > 1 else self.durations[i]
+                ref = statistics.median(ds)
                 self.noise += [abs(d - ref) / self.durations[i] for d in ds]
         self.step = statistics.median(self.durations.values()) if self.durations else None
 
