@@ -1,28 +1,80 @@
-// netprism-agent: per-node probe loader and shipper (foundation stub: flags and config only).
+// netprism-agent: loads the probe on the node's interfaces, reads RDMA state, and ships flow records to the
+// aggregator with no loss. Flags override the TOML config file (/etc/netprism/agent.toml when it exists).
+#include <signal.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <iostream>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "agent.hpp"
+#include "check.hpp"
 #include "netprism/cli.hpp"
 #include "netprism/config.hpp"
+#include "options.hpp"
 
 int main(int argc, char** argv) {
+  using namespace netprism;
+  // SIGINT/SIGTERM are taken through a signalfd by the agent loop; blocking them first thing means one that
+  // arrives during start-up is held until the loop can shut down cleanly (nothing attached is left behind).
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
   CLI::App app{"netprism-agent: watches a node's training traffic and ships flow records to the aggregator",
                "netprism-agent"};
-  netprism::cli::standard_flags(app);
-  std::string aggregator = "tcp://127.0.0.1:7470", node, mode = "tc", spool_dir = "/var/lib/netprism/spool";
-  std::string rdma_sysfs = "/sys/class/infiniband", config_path;
-  std::vector<std::string> ifaces;
+  cli::standard_flags(app);
+  agent::AgentOptions o;
+  std::string config_path;
   bool check = false;
-  app.add_option("--aggregator", aggregator, "aggregator ingest endpoint");
-  app.add_option("--node", node, "node name (default: host name)");
-  app.add_option("--iface", ifaces, "interface to watch (repeatable)");
-  app.add_option("--mode", mode, "attach mode")->check(CLI::IsMember({"tc", "xdp"}));
-  app.add_option("--spool-dir", spool_dir, "where unacknowledged batches wait");
-  app.add_option("--rdma-sysfs", rdma_sysfs, "RDMA sysfs root");
-  app.add_option("--config", config_path, "TOML config file");
-  app.add_flag("--check", check, "run the environment check only");
-  if (auto rc = netprism::cli::parse(app, argc, argv)) return *rc;
-  return netprism::cli::fail("netprism-agent", "not implemented yet");
+  app.add_option("--aggregator", o.aggregator, "aggregator ingest endpoint (default tcp://127.0.0.1:7470)");
+  app.add_option("--node", o.node, "node name (default: host name)");
+  app.add_option("--iface", o.ifaces, "interface to watch (repeatable)");
+  app.add_option("--mode", o.mode, "attach mode: tc (ingress+egress, default) or xdp (ingress)")
+      ->check(CLI::IsMember({"tc", "xdp"}));
+  app.add_option("--spool-dir", o.spool_dir,
+                 "where unacknowledged batches wait (default /var/lib/netprism/agent/spool)");
+  app.add_option("--rdma-sysfs", o.rdma_sysfs, "RDMA sysfs root (default /sys/class/infiniband)");
+  app.add_option("--config", config_path, "TOML config file (default /etc/netprism/agent.toml if it exists)");
+  app.add_flag("--check", check,
+               "run the start-up environment check only; exit 0 if the agent could run, else 2");
+  if (auto rc = cli::parse(app, argc, argv)) return *rc;
+
+  const std::string prog = "netprism-agent";
+  bool explicit_config = !config_path.empty();
+  if (!explicit_config && std::filesystem::exists("/etc/netprism/agent.toml"))
+    config_path = "/etc/netprism/agent.toml";
+  if (!config_path.empty()) {
+    auto loaded = config::load_file(config_path, agent::agent_schema());
+    if (!loaded) return cli::fail(prog, loaded.error);
+    std::set<std::string> given;
+    for (const char* f : {"aggregator", "node", "iface", "mode", "spool-dir", "rdma-sysfs"})
+      if (app.count(std::string("--") + f)) {
+        std::string k = f;
+        for (auto& ch : k)
+          if (ch == '-') ch = '_';
+        given.insert(k);
+      }
+    if (auto e = agent::apply_config(loaded.values, given, o); !e.empty())
+      return cli::fail(prog, config_path + ": " + e);
+  }
+  if (auto e = agent::validate(o); !e.empty()) return cli::fail(prog, e);
+
+  agent::CheckInput ci;
+  ci.ifaces = o.ifaces;
+  ci.spool_dir = o.spool_dir;
+  ci.aggregator = o.aggregator;
+  auto problems = agent::check_environment(ci);
+  for (const auto& p : problems) std::cerr << prog << ": " << p << "\n";
+  if (check) {
+    if (problems.empty())
+      std::cout << prog << ": environment ok: BTF present, capabilities present, " << o.ifaces.size()
+                << " interface(s) found, spool directory writable\n";
+    return problems.empty() ? cli::kExitOk : cli::kExitUsage;
+  }
+  if (!problems.empty()) return cli::kExitUsage;
+  return agent::run_agent(o);
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /* The benchmark baseline of contracts.md: the cheapest observing program, one per-CPU array update of the
- * packet length, returning pass. Probe costs are reported as ratios against this, measured in the same run. */
+ * packet length, returning pass. Probe costs are reported as ratios against this, measured in the same run.
+ */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 

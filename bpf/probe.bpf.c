@@ -1,24 +1,32 @@
 // SPDX-License-Identifier: GPL-2.0
-/* netprism flow probe. Map and program names are the agent's interface to it (see include/netprism/probe_abi.h):
- *   maps: np_flows (per-flow burst state), np_events (ring buffer of finished bursts), np_counters (per-CPU loss
- *   and skip counters), np_config (runtime thresholds), np_exclude (addresses/ports never observed)
- *   programs: np_tc_ingress, np_tc_egress (tc clsact), np_xdp (XDP ingress)
- * Foundation version: counts packets only; the flowlet logic lands with the probe issue. */
+/* netprism flow probe. Map and program names are the agent's interface to it (see
+ * include/netprism/probe_abi.h): maps: np_flows (per-flow burst state), np_events (ring buffer of finished
+ * bursts), np_counters (per-CPU loss and skip counters), np_config (runtime thresholds), np_exclude
+ * (addresses/ports never observed), np_flush_req (idle-flush request, user space -> np_flush) programs:
+ * np_tc_ingress, np_tc_egress (tc clsact), np_xdp (XDP ingress), np_flush (run by user space through
+ *   BPF_PROG_TEST_RUN, never attached)
+ * The probe only observes: every entry point returns TC_ACT_OK / XDP_PASS whatever it finds. */
 #include "vmlinux.h"
+#include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
 #include "netprism/flowlet.h"
 #include "netprism/probe_abi.h"
 
+/* Flow table size: a training node talks to tens of peers over a few sockets/QPs each; 64 Ki entries of 168
+ * bytes (key + state) is ~11 MiB preallocated, room for scans and short-lived flows between idle flushes.
+ * Preallocated on purpose: inserts never allocate in the data path (no ENOMEM under memory pressure). */
 #define NP_MAX_FLOWS 65536
 
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
   __uint(max_entries, NP_MAX_FLOWS);
   __type(key, struct np_flow_key);
-  __type(value, struct np_flowlet);
+  __type(value, struct np_flow_state);
 } np_flows SEC(".maps");
 
+/* 4 MiB = ~37 000 bursts of 112 bytes: the agent drains it at least every few ms (epoll on ring_fd), and even
+ * a 1 s stall at 10 000 bursts/s fits. Overflow is counted (NP_CNT_RINGBUF_FULL), never silent. */
 struct {
   __uint(type, BPF_MAP_TYPE_RINGBUF);
   __uint(max_entries, 1 << 22);
@@ -45,27 +53,153 @@ struct {
   __type(value, __u8);
 } np_exclude SEC(".maps");
 
-static __always_inline void count(__u32 idx) {
-  __u64* v = bpf_map_lookup_elem(&np_counters, &idx);
-  if (v) *v += 1;
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct np_flush_req);
+} np_flush_req SEC(".maps");
+
+#include "burst.h"
+#include "parse.h"
+
+/* Enough linear bytes for Ethernet + 2 VLAN + IPv6 with extensions + TCP with options + BTH. */
+#define NP_PULL_LEN 256
+
+static __always_inline int np_tc(struct __sk_buff* skb, __u8 dir) {
+  np_count(NP_CNT_PACKETS);
+  struct np_pkt p = {};
+  void* data = (void*)(long)skb->data;
+  void* data_end = (void*)(long)skb->data_end;
+  __u32 r = np_parse(data, data_end, skb->len, &p);
+  if (r == NP_CNT_TRUNCATED && skb->len > (__u32)(data_end - data)) {
+    /* The headers are in the skb but not in its linear part (rare: tunnels, some drivers): pull them in
+     * and parse again rather than calling a whole packet truncated. */
+    __u32 want = skb->len < NP_PULL_LEN ? skb->len : NP_PULL_LEN;
+    if (bpf_skb_pull_data(skb, want) == 0) {
+      np_count(NP_CNT_PULLED);
+      __builtin_memset(&p, 0, sizeof(p));
+      data = (void*)(long)skb->data;
+      data_end = (void*)(long)skb->data_end;
+      r = np_parse(data, data_end, skb->len, &p);
+    }
+  }
+  if (r != NP_PARSE_OK) {
+    np_count(r);
+    return 0; /* TC_ACT_OK */
+  }
+  p.key.ifindex = skb->ifindex;
+  p.key.dir = dir;
+  /* A GSO super-packet stands for gso_segs wire packets. */
+  __u32 segs = skb->gso_segs;
+  if (segs == 0) segs = 1;
+  np_account(&p, segs);
+  return 0; /* TC_ACT_OK */
 }
 
 SEC("tc")
 int np_tc_ingress(struct __sk_buff* skb) {
-  count(NP_CNT_PACKETS);
-  return 0; /* TC_ACT_OK: observe only */
+  return np_tc(skb, NP_DIR_INGRESS);
 }
 
 SEC("tc")
 int np_tc_egress(struct __sk_buff* skb) {
-  count(NP_CNT_PACKETS);
-  return 0;
+  return np_tc(skb, NP_DIR_EGRESS);
 }
 
 SEC("xdp")
 int np_xdp(struct xdp_md* ctx) {
-  count(NP_CNT_PACKETS);
+  np_count(NP_CNT_PACKETS);
+  struct np_pkt p = {};
+  void* data = (void*)(long)ctx->data;
+  void* data_end = (void*)(long)ctx->data_end;
+  __u32 r = np_parse(data, data_end, (__u32)(data_end - data), &p);
+  if (r != NP_PARSE_OK) {
+    np_count(r);
+    return XDP_PASS;
+  }
+  p.key.ifindex = ctx->ingress_ifindex;
+  p.key.dir = NP_DIR_INGRESS;
+  np_account(&p, 1);
   return XDP_PASS;
+}
+
+/* ---- idle flush, run from user space with BPF_PROG_TEST_RUN ----
+ * User space picks candidate keys (idle, or all at shutdown) from a racy read of np_flows; this program
+ * decides under each entry's lock, so a packet that arrived meanwhile keeps its flow alive. Order per entry:
+ * reserve ring space first (no helper runs under the lock), lock, re-check, copy the burst, mark dead,
+ * unlock, submit, delete. The data path never writes into a dead entry (see np_account), so nothing is
+ * counted into an entry after its burst left, and the burst leaves exactly once. */
+struct np_flush_ctx {
+  struct np_flush_req* req;
+};
+
+static long np_flush_one(__u64 i, struct np_flush_ctx* c) {
+  struct np_flush_req* req = c->req;
+  if (i >= NP_FLUSH_BATCH) return 1;
+  struct np_flow_key* key = &req->keys[i];
+  struct np_flow_state* st = bpf_map_lookup_elem(&np_flows, key);
+  if (!st) return 0; /* already gone */
+  struct np_flowlet* rec = bpf_ringbuf_reserve(&np_events, sizeof(struct np_flowlet), 0);
+  if (!rec) {
+    req->deferred++;
+    np_count(NP_CNT_FLUSH_DEFERRED);
+    return 0; /* keep the burst in the map; the next flush retries */
+  }
+  bool all = req->flags & NP_FLUSH_ALL;
+  bool emit = false, del = false;
+  if (!np_lock(&st->lock, NP_LOCK_FLUSH_SPINS)) {
+    bpf_ringbuf_discard(rec, 0);
+    req->deferred++;
+    np_count(NP_CNT_FLUSH_DEFERRED);
+    return 0;
+  }
+  if (!st->dead && st->key_tag == np_key_tag(key)) {
+    if (st->b.packets == 0) {
+      del = true; /* empty entry left by a failed delete: just remove it */
+    } else if (all || (__s64)(st->b.last_ns - req->cutoff_ns) < 0) {
+      np_flowlet_fill(rec, key, &st->b, all ? NP_END_SHUTDOWN : NP_END_IDLE_FLUSH);
+      emit = true;
+      del = true;
+    }
+    if (del) st->dead = 1;
+  }
+  np_unlock(&st->lock);
+  if (emit) {
+    bpf_ringbuf_submit(rec, 0);
+    req->flushed++;
+    np_count(NP_CNT_BURSTS_EMITTED);
+  } else {
+    bpf_ringbuf_discard(rec, 0);
+  }
+  if (del) {
+    if (bpf_map_delete_elem(&np_flows, key) == 0) {
+      req->deleted++;
+    } else {
+      /* Could not delete (bucket busy): revive the entry empty so the data path keeps using it. */
+      if (np_lock(&st->lock, NP_LOCK_SLOW_SPINS)) {
+        st->b.packets = 0;
+        st->dead = 0;
+        np_unlock(&st->lock);
+      }
+    }
+  }
+  return 0;
+}
+
+SEC("tc")
+int np_flush(struct __sk_buff* skb) {
+  __u32 zero = 0;
+  struct np_flush_req* req = bpf_map_lookup_elem(&np_flush_req, &zero);
+  if (!req) return 0;
+  req->flushed = 0;
+  req->deleted = 0;
+  req->deferred = 0;
+  __u32 n = req->n;
+  if (n > NP_FLUSH_BATCH) n = NP_FLUSH_BATCH;
+  struct np_flush_ctx c = {.req = req};
+  bpf_loop(n, np_flush_one, &c, 0);
+  return 0;
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -29,6 +29,11 @@ struct ProbeOptions {
 
 using FlowletSink = std::function<void(const np_flowlet&)>;  // times are kernel CLOCK_MONOTONIC ns
 
+// Time base of every probe timestamp and of flush_idle's `now`: CLOCK_MONOTONIC, what bpf_ktime_get_ns reads.
+uint64_t monotonic_now_ns();
+
+// Use one Probe from one thread (poll and flush_idle both drain the ring buffer); counters() and
+// set_thresholds() may be called from any thread.
 class Probe {
  public:
   // Loads the probe into the kernel. nullptr and a one-line reason on failure.
@@ -42,13 +47,28 @@ class Probe {
   bool attach(const std::string& ifname, AttachMode mode, std::string& err);
   void detach_all();
 
-  int ring_fd() const;                        // for epoll
+  int ring_fd() const;                        // for epoll: readable when ring-buffer records are ready
   std::size_t poll(const FlowletSink& sink);  // drains ready ring-buffer records, non-blocking
-  // Emits and removes bursts idle longer than the gap (all of them when `all`, e.g. at shutdown).
+  // Emits and removes bursts idle longer than the gap (all of them when `all`, e.g. at shutdown): every flow
+  // whose last packet is older than now_mono_ns - gap_ns() has its burst closed (end_reason IDLE_FLUSH, or
+  // SHUTDOWN when `all`) and its entry deleted, decided in the kernel under the entry's lock so a packet that
+  // arrives meanwhile is never lost. The closed bursts travel through the ring buffer, and this call drains
+  // it into `sink` (gap/max-duration bursts that were waiting included). Returns the bursts it closed.
+  // Call it every ~gap_ns() (or at least a few times per second).
   std::size_t flush_idle(uint64_t now_mono_ns, bool all, const FlowletSink& sink);
   std::array<uint64_t, NP_CNT_MAX> counters() const;  // summed over CPUs
   bool set_thresholds(uint64_t gap_ns, uint64_t max_burst_ns, std::string& err);
   uint64_t gap_ns() const;
+  uint64_t max_burst_ns() const;
+  // Replaces the exclusion list at run time.
+  bool set_exclude(const std::vector<ProbeOptions::Exclude>& exclude, std::string& err);
+  // Records the ring buffer delivered with a size other than sizeof(np_flowlet) (never expected).
+  uint64_t malformed_records() const;
+
+  // For tests and benchmarks: file descriptors of the probe's programs and maps by their BPF names
+  // (np_tc_ingress, np_tc_egress, np_xdp, np_flush; np_flows, np_events, ...). -1 if unknown.
+  int program_fd(const std::string& name) const;
+  int map_fd(const std::string& name) const;
 
  private:
   Probe();

@@ -35,6 +35,19 @@ struct Input {
   std::vector<FlowEvent> events;
   std::map<std::string, std::string> addr_node;  // address -> node name (agent HELLOs or a topology file)
   uint64_t now_ns = 0;  // "now" for live state (hung/idle); offline: the last event's time
+  // A recording (CSV import, stored file) rather than a live feed: how long the capture went on after its
+  // last packet is unknown, so a job whose traffic stops without tearing its connections down is taken
+  // for hung rather than measured against now_ns.
+  bool offline = false;
+};
+
+// A window of one node's activity inside an iteration: "pipeline" (its first to last pipeline transfer),
+// "dp_sync" (its first DP send to the end of its group's synchronisation), "compute" (gaps between them).
+struct Phase {
+  std::string node;
+  std::string name;
+  uint64_t start_ns = 0;
+  uint64_t end_ns = 0;
 };
 
 struct Iteration {
@@ -42,6 +55,9 @@ struct Iteration {
   uint64_t start_ns = 0;
   uint64_t end_ns = 0;
   uint64_t duration_ns = 0;
+  std::vector<Phase> phases;  // per node; empty when not computed
+  double bubble_share =
+      0;  // pipeline jobs: share of the iteration the average stage spends without transfers
 };
 
 struct Finding {
@@ -59,6 +75,10 @@ struct Parallelism {
   int pp = 1;
   std::vector<std::vector<std::string>> dp_groups;
   std::vector<std::vector<std::string>> stages;
+  // Extra: ranks per node (tensor parallelism inside a node), inferred from the number of parallel training
+  // connections between two nodes (every rank of a node talks to its counterpart on the peer node over its
+  // own connection); 0 when not inferable.
+  int tp_hint = 0;
 };
 
 struct Job {
@@ -69,6 +89,8 @@ struct Job {
   Parallelism parallelism;
   std::vector<Iteration> iterations;
   std::vector<Finding> findings;
+  uint64_t first_ns = 0;  // first and last training transfer seen
+  uint64_t last_ns = 0;
 };
 
 struct Result {

@@ -18,7 +18,8 @@ nlohmann::json job_detail(const Job& j) {
            {{"dp", j.parallelism.dp},
             {"pp", j.parallelism.pp},
             {"dp_groups", j.parallelism.dp_groups},
-            {"stages", j.parallelism.stages}}}};
+            {"stages", j.parallelism.stages},
+            {"tp_hint", j.parallelism.tp_hint}}}};
 }
 
 nlohmann::json timeline(const Job& j) {

@@ -1,21 +1,193 @@
-// netprism: the query CLI (foundation stub: --help/--version and the contract's option conventions).
-#include <cstdlib>
-#include <string>
+// netprism: the query CLI. Every command prints a readable table, or with --json one JSON document.
+// Exit codes (contracts.md): 0 ok; 2 usage errors; 1 anything else (unknown job, aggregator unreachable).
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "client.hpp"
 #include "netprism/cli.hpp"
+#include "offline.hpp"
+#include "render.hpp"
+
+using namespace netprism;
+using nlohmann::json;
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) {
+  g_stop = true;
+}
+
+uint64_t now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+int report(const cli::CallError& e) {
+  return cli::fail("netprism", e.message);  // every call error (unreachable, unknown job, server error) is 1
+}
+
+// Runs fetch+print once, or repeatedly like `top` with --watch (until Ctrl-C). The first failure decides
+// the exit code; later ones (aggregator restarting) are shown on screen and retried.
+int show(bool watch, double interval_s, bool as_json,
+         const std::function<std::optional<json>(cli::CallError&)>& fetch,
+         const std::function<std::string(const json&)>& render) {
+  bool first = true;
+  do {
+    cli::CallError err;
+    auto doc = fetch(err);
+    if (!doc && first) return report(err);
+    first = false;
+    if (watch && !as_json) std::cout << "\033[H\033[2J";  // home + clear, as top does
+    if (!doc) {
+      std::cout << "netprism: " << err.message << " (retrying)\n";
+    } else if (as_json) {
+      std::cout << doc->dump() << "\n";
+    } else {
+      if (watch) std::cout << "every " << interval_s << " s   " << cli::format_time(now_ns()) << "\n\n";
+      std::cout << render(*doc);
+    }
+    std::cout.flush();
+    if (!watch) break;
+    auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(interval_s);
+    while (!g_stop && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  } while (!g_stop);
+  return cli::kExitOk;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"netprism: query the netprism aggregator about training jobs", "netprism"};
-  netprism::cli::standard_flags(app);
+  cli::standard_flags(app);
   const char* env = std::getenv("NETPRISM_AGGREGATOR");
   std::string endpoint = env && *env ? env : "tcp://127.0.0.1:7471";
-  bool json = false;
-  app.add_option("--aggregator", endpoint, "aggregator query endpoint");
-  app.add_flag("--json", json, "print one JSON document");
+  bool as_json = false;
+  // 5 s: an unreachable aggregator is reported well within the contract's 10 s, while a busy one answering
+  // a large `flows` query still has time to reply.
+  double timeout_s = 5;
+  app.add_option("--aggregator", endpoint,
+                 "aggregator query endpoint (default $NETPRISM_AGGREGATOR or tcp://127.0.0.1:7471)");
+  app.add_flag("--json", as_json, "print one JSON document");
+  app.add_option("--timeout", timeout_s, "seconds to wait for the aggregator's answer")
+      ->check(CLI::Range(0.1, 9.0));
   app.fallthrough();  // global options are accepted after the command too
-  app.require_subcommand(0, 1);
-  auto* status = app.add_subcommand("status", "agents and record counts");
-  if (auto rc = netprism::cli::parse(app, argc, argv)) return *rc;
-  if (status->parsed()) return netprism::cli::fail("netprism", "not implemented yet");
-  return netprism::cli::fail("netprism", "no command given (see --help)");
+  app.require_subcommand(1, 1);
+
+  auto* status = app.add_subcommand("status", "agents, their counters and clocks, record counts");
+
+  auto* flows = app.add_subcommand("flows", "per-flow totals seen by each node");
+  std::string node;
+  uint64_t since = 0, until = UINT64_MAX, limit = 0;
+  flows->add_option("--node", node, "only flows seen by this node");
+  flows->add_option("--since", since, "start of the range (Unix ns)");
+  flows->add_option("--until", until, "end of the range (Unix ns)");
+  flows->add_option("--limit", limit, "at most this many flows, largest first (0: all)");
+
+  double interval = 1;
+  bool watch = false;
+  auto* jobs = app.add_subcommand("jobs", "training jobs recognised from the traffic");
+  jobs->add_flag("--watch", watch, "refresh continuously, like top");
+  jobs->add_option("--interval", interval, "seconds between refreshes")->check(CLI::Range(0.1, 3600.0));
+
+  std::string id;
+  auto* job = app.add_subcommand("job", "a job's nodes and parallelism");
+  job->add_option("ID", id, "job id")->required();
+  auto* timeline = app.add_subcommand("timeline", "a job's iterations");
+  timeline->add_option("ID", id, "job id")->required();
+  timeline->add_flag("--watch", watch, "refresh continuously, like top");
+  timeline->add_option("--interval", interval, "seconds between refreshes")->check(CLI::Range(0.1, 3600.0));
+  auto* diagnose = app.add_subcommand("diagnose", "what slows a job down");
+  diagnose->add_option("ID", id, "job id")->required();
+
+  std::string perfetto_file;
+  auto* exp = app.add_subcommand("export", "export a job's timeline");
+  exp->add_option("ID", id, "job id")->required();
+  exp->add_option("--perfetto", perfetto_file, "write Chrome/Perfetto trace-event JSON here")->required();
+
+  std::string input, format, topology;
+  auto* analyze = app.add_subcommand("analyze", "analyse a recording without an aggregator");
+  analyze->add_option("--input", input, "aggregator data dir, `netprism record` file, or flow CSV")
+      ->required();
+  analyze->add_option("--format", format, "native or csv (default: by content)")
+      ->check(CLI::IsMember({"native", "csv"}));
+  analyze->add_option("--topology", topology, "file of 'IP NODE' lines");
+
+  std::string output;
+  auto* rec =
+      app.add_subcommand("record", "copy the aggregator's stored records into a native recording file");
+  rec->add_option("--output,-o", output, "recording file to write")->required();
+  rec->add_option("--since", since, "start of the range (Unix ns)");
+  rec->add_option("--until", until, "end of the range (Unix ns)");
+
+  if (auto rc = cli::parse(app, argc, argv)) return *rc;
+  if (since > until) {
+    std::cerr << "netprism: --since is after --until (see --help)\n";
+    return cli::kExitUsage;
+  }
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+  signal(SIGPIPE, SIG_IGN);
+
+  cli::Client client(endpoint, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  auto ask = [&](json req) { return [&client, req](cli::CallError& err) { return client.call(req, err); }; };
+  const uint64_t t = now_ns();
+
+  if (analyze->parsed()) {
+    std::string err;
+    auto doc = cli::analyze_file(input, format, topology, err);
+    if (!doc) return cli::fail("netprism", err);
+    std::cout << (as_json ? doc->dump() + "\n" : cli::render_analysis(*doc));
+    return cli::kExitOk;
+  }
+  if (status->parsed())
+    return show(false, 0, as_json, ask({{"cmd", "status"}}),
+                [&](const json& d) { return cli::render_status(d, t); });
+  if (flows->parsed()) {
+    json req = {{"cmd", "flows"}, {"since", since}, {"until", until}, {"limit", limit}};
+    if (!node.empty()) req["node"] = node;
+    return show(false, 0, as_json, ask(req), cli::render_flows);
+  }
+  if (jobs->parsed()) return show(watch, interval, as_json, ask({{"cmd", "jobs"}}), cli::render_jobs);
+  if (job->parsed()) return show(false, 0, as_json, ask({{"cmd", "job"}, {"id", id}}), cli::render_job);
+  if (timeline->parsed())
+    return show(watch, interval, as_json, ask({{"cmd", "timeline"}, {"id", id}}), cli::render_timeline);
+  if (diagnose->parsed())
+    return show(false, 0, as_json, ask({{"cmd", "diagnose"}, {"id", id}}), cli::render_diagnosis);
+  if (exp->parsed()) {
+    cli::CallError err;
+    auto doc = client.call({{"cmd", "perfetto"}, {"id", id}}, err);
+    if (!doc) return report(err);
+    std::ofstream f(perfetto_file);
+    f << doc->dump() << "\n";
+    f.close();
+    if (!f) return cli::fail("netprism", "cannot write " + perfetto_file);
+    auto events = doc->value("traceEvents", json::array()).size();
+    json summary = {{"job", id}, {"file", perfetto_file}, {"events", events}};
+    std::cout << (as_json ? summary.dump() + "\n"
+                          : "wrote " + perfetto_file + " (" + std::to_string(events) + " trace events)\n");
+    return cli::kExitOk;
+  }
+  if (rec->parsed()) {
+    cli::CallError err;
+    auto doc = cli::record(client, output, since, until, err);
+    if (!doc) return report(err);
+    std::cout << (as_json ? doc->dump() + "\n"
+                          : "wrote " + output + ": " + doc->value("batches", json(0)).dump() + " batches, " +
+                                doc->value("records", json(0)).dump() + " records\n");
+    return cli::kExitOk;
+  }
+  return cli::fail("netprism", "no command given (see --help)");
 }

@@ -1,0 +1,591 @@
+#include "agent.hpp"
+
+#include <net/if.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "clock.hpp"
+#include "delivery.hpp"
+#include "log.hpp"
+#include "netinfo.hpp"
+#include "netprism/version.hpp"
+#include "netprism/wire.hpp"
+#include "probe/probe.hpp"
+#include "rdma_netlink.hpp"
+#include "rdma_sysfs.hpp"
+#include "rdma_verbs.hpp"
+#include "spool.hpp"
+#include "tc_qdisc.hpp"
+
+namespace netprism::agent {
+namespace {
+
+// RAII file descriptor.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+const char* probe_counter_name(int i) {
+  switch (i) {
+    case NP_CNT_PACKETS:
+      return "probe_packets";
+    case NP_CNT_NON_IP:
+      return "probe_non_ip";
+    case NP_CNT_TRUNCATED:
+      return "probe_truncated";
+    case NP_CNT_UNPARSED:
+      return "probe_unparsed";
+    case NP_CNT_IPV6_EXT:
+      return "probe_ipv6_ext";
+    case NP_CNT_OTHER_L4:
+      return "probe_other_l4";
+    case NP_CNT_EXCLUDED:
+      return "probe_excluded";
+    case NP_CNT_RINGBUF_FULL:
+      return "probe_ringbuf_full";
+    case NP_CNT_MAP_FULL:
+      return "probe_map_full";
+    case NP_CNT_MAP_BUSY:
+      return "probe_map_busy";
+    case NP_CNT_BURSTS_EMITTED:
+      return "probe_bursts_emitted";
+    case NP_CNT_IP_FRAGMENT:
+      return "probe_ip_fragment";
+    case NP_CNT_FLOW_RACE:
+      return "probe_flow_race";
+    case NP_CNT_PULLED:
+      return "probe_pulled";
+    case NP_CNT_FLUSH_DEFERRED:
+      return "probe_flush_deferred";
+  }
+  return "probe_unknown";
+}
+
+// The probe's burst thresholds when it reports none (probe_abi.h; reasoning in bpf/burst.h), used for the
+// RDMA bursts so both follow one rule.
+constexpr uint64_t kFallbackGapNs = NP_DEFAULT_GAP_NS;
+constexpr uint64_t kFallbackMaxBurstNs = NP_DEFAULT_MAX_BURST_NS;
+
+class Agent {
+ public:
+  explicit Agent(const AgentOptions& o) : o_(o) {}
+  int run();
+
+ private:
+  bool setup(std::string& err);
+  void on_flowlet(const np_flowlet& f);
+  void seal_and_submit(uint64_t now);
+  void sample_rdma(uint64_t now);
+  void refresh_qps(uint64_t now);
+  void run_budget(uint64_t now);
+  void apply_level();
+  void shutdown();
+  Counters counters() const;
+  Hello make_hello();
+  void watch_zmq_fd();
+  void release_probe();
+
+  AgentOptions o_;
+  std::string node_;
+  uint64_t epoch_ = 0;
+  MonoToRealtime clock_;
+  uint64_t recalibrations_ = 0;
+  uint64_t max_clock_step_ns_ = 0;
+  std::unique_ptr<Probe> probe_;
+  mutable std::array<uint64_t, NP_CNT_MAX> last_probe_counters_{};
+  struct AddedQdisc {
+    int ifindex;
+    std::string marker;
+  };
+  std::vector<AddedQdisc> clsact_added_;  // interfaces whose clsact qdisc netprism added
+  std::string clsact_marker(const std::string& ifname) const {
+    return o_.spool_dir + "/.clsact-added-" + ifname;
+  }
+  std::unique_ptr<Spool> spool_;
+  zmq::context_t zctx_{1};
+  std::unique_ptr<Delivery> delivery_;
+  std::unique_ptr<Batcher> batcher_;
+  std::unique_ptr<Budget> budget_;
+  std::vector<InterfaceInfo> rdma_ifaces_;
+  std::vector<RdmaPortPath> rdma_ports_;
+  std::unique_ptr<RdmaBurstTracker> rdma_tracker_;
+  bool qp_available_ = true;
+  uint64_t qp_rows_ = 0, rdma_read_errors_ = 0;
+
+  uint64_t captured_ = 0, batched_records_ = 0;
+  uint64_t base_gap_ns_ = 0, base_max_burst_ns_ = 0;
+  int epfd_ = -1;
+  int zmq_fd_watched_ = -1;
+  uint64_t zmq_gen_watched_ = 0;
+
+  uint64_t next_idle_flush_ = 0, next_rdma_ = 0, next_rdma_ship_ = 0, next_qp_ = 0, next_clock_ = 0;
+  uint64_t budget_window_start_ = 0, budget_cpu_start_ = 0, budget_records_start_ = 0;
+};
+
+Counters Agent::counters() const {
+  Counters c;
+  const auto& d = delivery_->stats();
+  const auto& sp = spool_->stats();
+  c["captured"] = captured_;
+  c["batched"] = batched_records_;
+  c["shipped"] = d.shipped_records;
+  c["acked"] = d.acked_records;
+  c["spooled"] = d.spooled_records;
+  c["pending"] = delivery_->pending_records();
+  c["spool_bytes"] = spool_->bytes();
+  c["dropped_spool_full"] = sp.dropped_records;
+  c["dropped_spool_error"] = d.spool_error_records;
+  c["dropped_rejected"] = d.rejected_records;
+  c["spool_corrupt_files"] = sp.corrupt_files;
+  c["resent_batches"] = d.resent_batches;
+  c["duplicate_acks"] = d.duplicate_acks;
+  c["unknown_node"] = d.unknown_node;
+  c["reconnects"] = d.reconnects;
+  c["rtt_us"] = d.rtt_ns / 1000;
+  if (probe_) last_probe_counters_ = probe_->counters();  // kept for heartbeats after the probe is released
+  for (int i = 0; i < NP_CNT_MAX; ++i)
+    c[probe_counter_name(i)] = last_probe_counters_[static_cast<std::size_t>(i)];
+  if (rdma_tracker_) {
+    const auto& r = rdma_tracker_->stats();
+    c["rdma_samples"] = r.samples;
+    c["rdma_bursts"] = r.bursts;
+    c["rdma_counter_wraps"] = r.wraps;
+    c["rdma_counter_resets"] = r.resets;
+    c["rdma_counter_saturated"] = r.saturated;
+  }
+  c["rdma_read_errors"] = rdma_read_errors_;
+  c["rdma_qps"] = qp_rows_;
+  c["budget_level"] = static_cast<uint64_t>(budget_->level().level);
+  c["budget_degrade_steps"] = budget_->degrade_steps();
+  c["budget_recover_steps"] = budget_->recover_steps();
+  c["budget_over_windows"] = budget_->over_windows();
+  c["clock_recalibrations"] = recalibrations_;
+  c["clock_max_step_ns"] = max_clock_step_ns_;
+  c["clock_uncertainty_ns"] = clock_.uncertainty_ns();
+  return c;
+}
+
+Hello Agent::make_hello() {
+  Hello h;
+  h.node = node_;
+  h.agent_version = kVersion;
+  h.epoch = epoch_;
+  h.interfaces = interface_info(o_.ifaces);
+  h.interfaces.insert(h.interfaces.end(), rdma_ifaces_.begin(), rdma_ifaces_.end());
+  h.clock = read_clock_discipline();
+  h.sent_ns = real_now_ns();
+  return h;
+}
+
+void Agent::on_flowlet(const np_flowlet& f) {
+  Flowlet w = f;
+  w.first_ns = clock_.to_realtime(f.first_ns);
+  w.last_ns = clock_.to_realtime(f.last_ns);
+  ++captured_;
+  uint64_t now = mono_now_ns();
+  batcher_->add(w, now);
+  if (batcher_->full()) seal_and_submit(now);
+}
+
+void Agent::seal_and_submit(uint64_t now) {
+  (void)now;
+  if (batcher_->records() == 0) return;
+  uint32_t n = static_cast<uint32_t>(batcher_->records());
+  batched_records_ += n;
+  Batch b = batcher_->seal(real_now_ns(), counters());
+  delivery_->submit({b.epoch, b.seq}, wire::encode(b), n);
+}
+
+bool Agent::setup(std::string& err) {
+  node_ = o_.node;
+  if (node_.empty()) {
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) != 0 || !*host) {
+      err = "cannot read the host name; pass --node";
+      return false;
+    }
+    node_ = host;
+  }
+  epoch_ = real_now_ns();
+
+  std::vector<EndpointAddr> agg;
+  if (!resolve_endpoint(o_.aggregator, agg, err)) return false;
+  ProbeOptions po;
+  po.gap_ns = o_.probe_gap_ns;
+  po.max_burst_ns = o_.probe_max_burst_ns;
+  for (const auto& a : agg) po.exclude.push_back({a.addr, a.port});
+  // The spool directory also holds the markers of clsact qdiscs this agent added (see release_probe()).
+  spool_ = std::make_unique<Spool>(o_.spool_dir, o_.spool_max_bytes);
+  if (!spool_->open(err)) return false;
+  probe_ = Probe::open(po, err);  // released (filters detached, our qdiscs removed) by release_probe()
+  if (!probe_) {
+    err = "cannot load the probe: " + err;
+    return false;
+  }
+  AttachMode mode = o_.mode == "xdp" ? AttachMode::kXdp : AttachMode::kTc;
+  for (const auto& i : o_.ifaces) {
+    if (mode == AttachMode::kTc) {
+      int ifindex = static_cast<int>(if_nametoindex(i.c_str()));
+      std::string qerr;
+      auto present = has_clsact(ifindex, qerr);
+      // A marker file records that we added the qdisc, so a run after a crash (whose tc filters and qdisc
+      // outlive it) still knows the qdisc is netprism's to remove.
+      std::string marker = clsact_marker(i);
+      if (!present) {
+        log_warn("cannot tell whether " + i + " already has a clsact qdisc (" + qerr +
+                 "); it will be left in place");
+      } else if (!*present) {
+        std::ofstream(marker) << ifindex << "\n";
+        clsact_added_.push_back({ifindex, marker});
+      } else if (std::filesystem::exists(marker)) {
+        log_info("the clsact qdisc on " + i + " was added by an earlier run that did not exit cleanly; " +
+                 "it is removed at exit like one added now");
+        clsact_added_.push_back({ifindex, marker});
+      }
+    }
+    if (mode == AttachMode::kTc) {
+      // Filters of a crashed run are found by program name and removed before attaching, so the probe
+      // attaches fresh even where it could not identify them itself (reading a program by id needs
+      // CAP_SYS_ADMIN, which the packaged unit does not grant).
+      std::string serr;
+      auto n = remove_stale_filters(static_cast<int>(if_nametoindex(i.c_str())), "np_tc_ingress",
+                                    "np_tc_egress", serr);
+      if (!n)
+        log_warn("cannot look for filters an earlier run left on " + i + ": " + serr);
+      else if (*n)
+        log_info("removed " + std::to_string(*n) + " tc filter(s) an earlier run of the agent left on " + i);
+    }
+    if (!probe_->attach(i, mode, err)) {
+      err = "cannot attach to " + i + ": " + err;
+      return false;  // the Probe destructor detaches what was attached so far
+    }
+  }
+  base_gap_ns_ = probe_->gap_ns() ? probe_->gap_ns() : (o_.probe_gap_ns ? o_.probe_gap_ns : kFallbackGapNs);
+  base_max_burst_ns_ = probe_->max_burst_ns()
+                           ? probe_->max_burst_ns()
+                           : (o_.probe_max_burst_ns ? o_.probe_max_burst_ns : kFallbackMaxBurstNs);
+
+  batcher_ = std::make_unique<Batcher>(node_, epoch_, o_.batching);
+  budget_ = std::make_unique<Budget>(o_.budget);
+
+  if (o_.rdma_enabled) {
+    std::string verr;
+    auto ports = enumerate_rdma_ports(verr);
+    rdma_ifaces_ = rdma_interfaces(ports);
+    rdma_ports_ = list_rdma_ports(o_.rdma_sysfs);
+    if (rdma_ports_.empty() && ports.empty()) {
+      log_info("no RDMA devices (libibverbs found none, " + o_.rdma_sysfs +
+               " has no ports); watching TCP/UDP traffic only");
+      qp_available_ = false;
+    } else {
+      // Sampling resolution bounds the burst rule: a gap shorter than two samples cannot be seen.
+      uint64_t gap = std::max(base_gap_ns_, 2 * o_.rdma_sample_ns);
+      rdma_tracker_ = std::make_unique<RdmaBurstTracker>(gap, std::max(base_max_burst_ns_, gap));
+      log_info("RDMA: " + std::to_string(ports.size()) + " verbs ports, " +
+               std::to_string(rdma_ports_.size()) + " sysfs ports under " + o_.rdma_sysfs +
+               " sampled every " + std::to_string(o_.rdma_sample_ns / 1'000'000) + " ms" +
+               (verr.empty() ? "" : " (" + verr + ")"));
+    }
+  }
+
+  DeliveryOptions dopt = o_.delivery;
+  dopt.endpoint = o_.aggregator;
+  delivery_ = std::make_unique<Delivery>(
+      zctx_, dopt, *spool_, [this] { return make_hello(); },
+      [this] {
+        Heartbeat hb;
+        hb.node = node_;
+        hb.epoch = epoch_;
+        hb.sent_ns = real_now_ns();
+        hb.counters = counters();
+        return hb;
+      });
+  return true;
+}
+
+void Agent::sample_rdma(uint64_t now) {
+  if (!rdma_tracker_) return;
+  bool ship = now >= next_rdma_ship_;
+  if (ship) next_rdma_ship_ = now + o_.rdma_ship_samples_ns;
+  std::vector<RdmaPortBurst> bursts;
+  for (const auto& p : rdma_ports_) {
+    RawPortCounters c;
+    std::string err;
+    if (!read_port_counters(p, c, err)) {
+      if (rdma_read_errors_++ == 0) log_warn("RDMA: " + err + " (further read errors only counted)");
+      continue;
+    }
+    uint64_t ts = clock_.to_realtime(mono_now_ns());
+    rdma_tracker_->feed(p.device, p.port, ts, c, bursts);
+    if (ship) batcher_->add(to_sample(p, ts, c), now);
+  }
+  rdma_tracker_->flush(bursts, clock_.to_realtime(now));
+  for (auto& b : bursts) batcher_->add(b, now);
+}
+
+void Agent::refresh_qps(uint64_t now) {
+  if (!qp_available_) return;
+  std::vector<QpEntry> qps;
+  std::string err;
+  if (!read_qp_table(qps, err)) {
+    log_info("RDMA QP table not available (" + err + "); RoCE traffic is not attributed to QPs");
+    qp_available_ = false;
+    return;
+  }
+  qp_rows_ = qps.size();
+  for (auto& q : qps) batcher_->add(q, now);
+}
+
+void Agent::apply_level() {
+  BudgetLevel l = budget_->level();
+  batcher_->set_flush_interval(o_.batching.flush_interval_ns * l.flush_multiplier);
+  std::string err;
+  if (probe_ &&
+      !probe_->set_thresholds(base_gap_ns_ * l.gap_multiplier, base_max_burst_ns_ * l.gap_multiplier, err))
+    log_warn("budget: cannot retune the probe: " + err);
+  if (rdma_tracker_) {
+    uint64_t gap = std::max(base_gap_ns_, 2 * o_.rdma_sample_ns) * l.gap_multiplier;
+    rdma_tracker_->set_thresholds(gap, std::max(base_max_burst_ns_ * l.gap_multiplier, gap));
+  }
+}
+
+void Agent::run_budget(uint64_t now) {
+  if (now - budget_window_start_ < budget_->options().window_ns) return;
+  uint64_t cpu = process_cpu_ns();
+  uint64_t recs = batched_records_ + batcher_->records();  // every record produced: flowlets and RDMA
+  int before = budget_->level().level;
+  if (budget_->observe(cpu - budget_cpu_start_, recs - budget_records_start_, now - budget_window_start_)) {
+    BudgetLevel l = budget_->level();
+    char buf[256];
+    std::snprintf(
+        buf, sizeof buf,
+        "budget: level %d -> %d (cpu %.1f%% of budget %.1f%%, %.0f records/s of %.0f): flush interval "
+        "x%u, burst gap x%u",
+        before, l.level, budget_->last_cpu_percent(), o_.budget.cpu_percent, budget_->last_rate(),
+        o_.budget.max_records_per_sec, l.flush_multiplier, l.gap_multiplier);
+    (l.level > before ? log_warn : log_info)(buf);
+    apply_level();
+  }
+  budget_window_start_ = now;
+  budget_cpu_start_ = cpu;
+  budget_records_start_ = recs;
+}
+
+void Agent::watch_zmq_fd() {
+  int fd = delivery_->fd();
+  uint64_t gen = delivery_->socket_generation();
+  if (fd == zmq_fd_watched_ && gen == zmq_gen_watched_) return;
+  // The old socket's fd is closed (and so left the epoll set) or still ours: DEL may fail, harmlessly.
+  if (zmq_fd_watched_ >= 0) epoll_ctl(epfd_, EPOLL_CTL_DEL, zmq_fd_watched_, nullptr);
+  zmq_fd_watched_ = -1;
+  zmq_gen_watched_ = gen;
+  if (fd >= 0) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = 3;
+    if (epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) == 0) zmq_fd_watched_ = fd;
+  }
+}
+
+// Detaches the probe everywhere and removes the clsact qdiscs this run added, unless someone else's filters
+// now live under them.
+void Agent::release_probe() {
+  if (!probe_) return;
+  probe_->detach_all();
+  probe_.reset();
+  for (const auto& q : clsact_added_) {
+    std::string err;
+    if (remove_clsact_if_unused(q.ifindex, err))
+      std::filesystem::remove(q.marker);
+    else if (!err.empty())
+      log_warn("clsact qdisc on ifindex " + std::to_string(q.ifindex) + " left in place: " + err);
+    // Other filters under it: left in place with its marker, so a later run removes it once they are gone.
+  }
+  clsact_added_.clear();
+}
+
+void Agent::shutdown() {
+  auto sink = [this](const np_flowlet& f) { on_flowlet(f); };
+  // Stop observing first, then collect everything still in the kernel: the ring buffer and the open bursts.
+  probe_->detach_all();
+  probe_->poll(sink);
+  probe_->flush_idle(mono_now_ns(), true, sink);
+  probe_->poll(sink);
+  uint64_t now = mono_now_ns();
+  if (rdma_tracker_) {
+    sample_rdma(now);  // one last reading, so the counters' movement up to the exit is reported
+    std::vector<RdmaPortBurst> bursts;
+    rdma_tracker_->flush(bursts);
+    for (auto& b : bursts) batcher_->add(b, now);
+  }
+  seal_and_submit(now);
+  release_probe();
+}
+
+int Agent::run() {
+  // Signals are blocked before anything is attached: a SIGTERM during start-up waits in the signalfd and
+  // leads to the normal clean shutdown instead of killing the process with filters attached.
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  Fd sfd(signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+  std::string err;
+  if (!setup(err)) {
+    log_error(err);
+    release_probe();
+    return 1;
+  }
+  Fd tfd(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+  Fd ep(epoll_create1(EPOLL_CLOEXEC));
+  if (sfd.get() < 0 || tfd.get() < 0 || ep.get() < 0) {
+    log_error(std::string("cannot create event fds: ") + std::strerror(errno));
+    return 1;
+  }
+  epfd_ = ep.get();
+  // The tick drives every timer below; 10 ms is the finest one (RDMA sampling), and the batch deadline
+  // (100 ms) is met within one tick.
+  uint64_t tick_ns = std::min<uint64_t>(rdma_tracker_ ? o_.rdma_sample_ns : 50'000'000ull, 10'000'000ull);
+  tick_ns = std::max<uint64_t>(tick_ns, 1'000'000ull);
+  itimerspec its{};
+  its.it_interval.tv_sec = static_cast<time_t>(tick_ns / 1'000'000'000ull);
+  its.it_interval.tv_nsec = static_cast<long>(tick_ns % 1'000'000'000ull);
+  its.it_value = its.it_interval;
+  timerfd_settime(tfd.get(), 0, &its, nullptr);
+  auto add = [&](int fd, uint32_t tag) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = tag;
+    epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
+  };
+  add(probe_->ring_fd(), 0);
+  add(sfd.get(), 1);
+  add(tfd.get(), 2);
+
+  log_info("watching " + std::to_string(o_.ifaces.size()) + " interface(s) in " + o_.mode +
+           " mode as node '" + node_ + "', shipping to " + o_.aggregator + " (epoch " +
+           std::to_string(epoch_) + ")");
+  auto sink = [this](const np_flowlet& f) { on_flowlet(f); };
+  uint64_t now = mono_now_ns();
+  budget_window_start_ = now;
+  budget_cpu_start_ = process_cpu_ns();
+  next_clock_ = now + o_.clock_recalibrate_ns;
+  bool stop = false;
+  while (!stop) {
+    delivery_->service(mono_now_ns());
+    watch_zmq_fd();
+    epoll_event evs[8];
+    int n = epoll_wait(epfd_, evs, 8, 100);
+    if (n < 0 && errno != EINTR) {
+      log_error(std::string("epoll_wait: ") + std::strerror(errno));
+      break;
+    }
+    for (int i = 0; i < n; ++i) {
+      switch (evs[i].data.u32) {
+        case 0:
+          probe_->poll(sink);
+          break;
+        case 1: {
+          signalfd_siginfo si;
+          while (read(sfd.get(), &si, sizeof si) == sizeof si) {
+            log_info(std::string("received ") + strsignal(static_cast<int>(si.ssi_signo)) +
+                     "; shutting down");
+            stop = true;
+          }
+          break;
+        }
+        case 2: {
+          uint64_t ticks;
+          [[maybe_unused]] auto r = read(tfd.get(), &ticks, sizeof ticks);
+          break;
+        }
+        default:
+          break;  // ZeroMQ: handled by service() at the top of the loop
+      }
+    }
+    now = mono_now_ns();
+    if (now >= next_idle_flush_) {
+      probe_->flush_idle(now, false, sink);
+      next_idle_flush_ = now + o_.idle_flush_ns;
+    }
+    if (rdma_tracker_ && now >= next_rdma_) {
+      sample_rdma(now);
+      next_rdma_ = now + o_.rdma_sample_ns;
+    }
+    if (now >= next_qp_) {
+      refresh_qps(now);
+      next_qp_ = now + o_.rdma_qp_refresh_ns;
+    }
+    if (batcher_->due(now)) seal_and_submit(now);
+    if (now >= next_clock_) {
+      int64_t moved = clock_.calibrate();
+      ++recalibrations_;
+      uint64_t mag = static_cast<uint64_t>(moved < 0 ? -moved : moved);
+      max_clock_step_ns_ = std::max(max_clock_step_ns_, mag);
+      // A jump above 1 ms means the realtime clock was stepped (not slewed): worth a line in the log.
+      if (mag > 1'000'000)
+        log_warn("clock: realtime moved " + std::to_string(moved) + " ns against monotonic");
+      next_clock_ = now + o_.clock_recalibrate_ns;
+    }
+    run_budget(now);
+  }
+
+  shutdown();
+  // Finite linger: wait for ACKs of what is left, then the rest waits in the spool for the next run.
+  uint64_t deadline = mono_now_ns() + o_.linger_ns;
+  while (!delivery_->idle() && mono_now_ns() < deadline) {
+    delivery_->service(mono_now_ns());
+    watch_zmq_fd();
+    epoll_event evs[8];
+    int n = epoll_wait(epfd_, evs, 8, 10);
+    bool again = false;
+    for (int i = 0; i < n; ++i) {
+      if (evs[i].data.u32 == 1) {
+        signalfd_siginfo si;
+        while (read(sfd.get(), &si, sizeof si) == sizeof si) again = true;
+      } else if (evs[i].data.u32 == 2) {
+        uint64_t ticks;
+        [[maybe_unused]] auto r = read(tfd.get(), &ticks, sizeof ticks);
+      }
+    }
+    if (again) break;  // a second signal: stop lingering now
+  }
+  uint64_t left = delivery_->pending_records();
+  delivery_->spool_all();
+  const auto& d = delivery_->stats();
+  log_info("stopped: captured " + std::to_string(captured_) + ", acked " + std::to_string(d.acked_records) +
+           ", left in spool " + std::to_string(left) + " records (" + std::to_string(spool_->count()) +
+           " batches), dropped " +
+           std::to_string(spool_->stats().dropped_records + d.rejected_records + d.spool_error_records));
+  return 0;
+}
+
+}  // namespace
+
+int run_agent(const AgentOptions& opts) {
+  Agent a(opts);
+  return a.run();
+}
+
+}  // namespace netprism::agent

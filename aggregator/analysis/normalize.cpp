@@ -1,0 +1,160 @@
+// Stage 1: from observed events to node-level transfers.
+//
+// Agents see every transfer twice (the sender's egress, the receiver's ingress). Keeping both would double
+// volumes and blur times, and mixing them per event would reorder bursts, so the choice is made per flow
+// direction: the sender's own view when its agent saw it (its timestamps are when the data left, the
+// moment the training process acted), otherwise one fixed observer (the smallest name), never both.
+#include <algorithm>
+#include <functional>
+#include <tuple>
+#include <unordered_map>
+
+#include "netprism/flowlet.h"
+#include "stages.hpp"
+
+namespace netprism::analysis {
+namespace {
+
+// IP-level bytes per packet at or below which a CSV row without payload counts carries no payload: the
+// largest header of a pure ACK is 20 (IPv4) or 40 (IPv6) bytes of IP plus 60 of TCP with every option
+// (timestamps, SACK blocks). Anything above carries payload, even a few bytes: small messages matter too
+// (a collective's "ready to receive" notification tells when a member joined).
+constexpr uint64_t kAckOnlyBytesPerPacketV4 = 80;
+constexpr uint64_t kAckOnlyBytesPerPacketV6 = 100;
+
+constexpr uint16_t kFin = 0x01, kRst = 0x04;
+
+// Keys over interned strings (addresses, observers): one hash lookup per string per event, then small
+// fixed-size keys, so a fleet's worth of events (millions) normalizes in about a second.
+struct FlowKey {
+  uint32_t src, dst;
+  uint16_t sport, dport;
+  uint32_t qpn;
+  uint8_t proto;
+  bool operator==(const FlowKey&) const = default;
+};
+// Both directions of a connection share one key: endpoints in a fixed order, QPN left out (RoCE names the
+// destination QP, which differs per direction).
+struct ConnKey {
+  uint32_t a, b;
+  uint16_t pa, pb;
+  uint8_t proto;
+  bool operator==(const ConnKey&) const = default;
+};
+struct KeyHash {
+  static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull + (h >> 29); }
+  size_t operator()(const FlowKey& k) const {
+    uint64_t h = 1469598103934665603ull;
+    for (uint64_t v : {uint64_t{k.src}, uint64_t{k.dst}, uint64_t{k.sport}, uint64_t{k.dport},
+                       uint64_t{k.qpn}, uint64_t{k.proto}})
+      h = mix(h, v);
+    return h;
+  }
+  size_t operator()(const ConnKey& k) const {
+    uint64_t h = 1469598103934665603ull;
+    for (uint64_t v : {uint64_t{k.a}, uint64_t{k.b}, uint64_t{k.pa}, uint64_t{k.pb}, uint64_t{k.proto}})
+      h = mix(h, v);
+    return h;
+  }
+};
+
+uint64_t data_bytes(const FlowEvent& e) {
+  if (e.payload_bytes > 0) return e.payload_bytes;
+  if (e.dir >= 0) return 0;  // an agent flowlet with no payload: pure ACKs / handshakes
+  uint64_t hdr = e.src.find(':') == std::string::npos ? kAckOnlyBytesPerPacketV4 : kAckOnlyBytesPerPacketV6;
+  if (e.packets > 0 && e.bytes <= e.packets * hdr) return 0;
+  return e.bytes;
+}
+
+}  // namespace
+
+Normalized normalize(const Input& in) {
+  Normalized out;
+  std::unordered_map<std::string, uint32_t> node_idx;
+  auto node_of = [&](const std::string& addr) {
+    auto it = in.addr_node.find(addr);
+    const std::string& name = it == in.addr_node.end() ? addr : it->second;
+    auto [pos, inserted] = node_idx.try_emplace(name, static_cast<uint32_t>(out.nodes.size()));
+    if (inserted) out.nodes.push_back(name);
+    return pos->second;
+  };
+
+  // Interned strings: addresses (with the node each maps to) and observers.
+  std::unordered_map<std::string, uint32_t> str_idx;
+  std::vector<const std::string*> strs;
+  auto intern = [&](const std::string& x) {
+    auto [pos, inserted] = str_idx.try_emplace(x, static_cast<uint32_t>(strs.size()));
+    if (inserted) strs.push_back(&pos->first);
+    return pos->second;
+  };
+  std::vector<uint32_t> node_of_str;  // address string id -> node index (filled lazily)
+  auto node_id = [&](uint32_t addr) {
+    if (node_of_str.size() <= addr) node_of_str.resize(strs.size(), UINT32_MAX);
+    if (node_of_str[addr] == UINT32_MAX) node_of_str[addr] = node_of(*strs[addr]);
+    return node_of_str[addr];
+  };
+  struct Ids {
+    uint32_t src, dst, obs;
+  };
+  std::vector<Ids> ids;
+  ids.reserve(in.events.size());
+  for (const auto& e : in.events) ids.push_back({intern(e.src), intern(e.dst), intern(e.observer)});
+
+  // Pass 1: the observer kept for each flow direction: the sender's own when it saw it, else the smallest.
+  std::unordered_map<FlowKey, uint32_t, KeyHash> chosen;
+  chosen.reserve(in.events.size() / 4 + 16);
+  auto fkey = [&](size_t i) {
+    const auto& e = in.events[i];
+    return FlowKey{ids[i].src, ids[i].dst, e.src_port, e.dst_port, e.qpn, e.proto};
+  };
+  for (size_t i = 0; i < in.events.size(); ++i) {
+    uint32_t sender = node_id(ids[i].src);
+    auto is_sender = [&](uint32_t obs) { return *strs[obs] == out.nodes[sender]; };
+    auto [pos, inserted] = chosen.try_emplace(fkey(i), ids[i].obs);
+    if (inserted) continue;
+    uint32_t& cur = pos->second;
+    if (cur == ids[i].obs || is_sender(cur)) continue;
+    if (is_sender(ids[i].obs) || *strs[ids[i].obs] < *strs[cur]) cur = ids[i].obs;
+  }
+
+  // Pass 2: connections and transfers.
+  std::unordered_map<ConnKey, uint32_t, KeyHash> conn_idx;
+  uint64_t last_seen = 0;
+  for (size_t i = 0; i < in.events.size(); ++i) {
+    const auto& e = in.events[i];
+    bool fwd = !(std::tie(e.dst, e.dst_port) < std::tie(e.src, e.src_port));
+    ConnKey ck = fwd ? ConnKey{ids[i].src, ids[i].dst, e.src_port, e.dst_port, e.proto}
+                     : ConnKey{ids[i].dst, ids[i].src, e.dst_port, e.src_port, e.proto};
+    auto [p, n] = conn_idx.try_emplace(ck, static_cast<uint32_t>(out.conns.size()));
+    if (n) {
+      Conn c;
+      uint32_t sn = node_id(ids[i].src), dn = node_id(ids[i].dst);
+      c.a = fwd ? sn : dn;
+      c.b = fwd ? dn : sn;
+      c.label =
+          fwd ? e.src + ":" + std::to_string(e.src_port) + "<->" + e.dst + ":" + std::to_string(e.dst_port)
+              : e.dst + ":" + std::to_string(e.dst_port) + "<->" + e.src + ":" + std::to_string(e.src_port);
+      out.conns.push_back(std::move(c));
+    }
+    Conn& c = out.conns[p->second];
+    c.first_ns = std::min(c.first_ns, e.first_ns);
+    c.last_ns = std::max(c.last_ns, e.last_ns);
+    if (e.tcp_flags & (kFin | kRst)) c.closed = true;
+    last_seen = std::max(last_seen, e.last_ns);
+    if (chosen[fkey(i)] != ids[i].obs) continue;
+    uint64_t bytes = data_bytes(e);
+    if (bytes == 0) continue;
+    (fwd ? c.bytes_ab : c.bytes_ba) += bytes;
+    c.xfers++;
+    out.xfers.push_back(
+        {fwd ? c.a : c.b, fwd ? c.b : c.a, p->second, e.first_ns, std::max(e.first_ns, e.last_ns), bytes});
+  }
+  std::sort(out.xfers.begin(), out.xfers.end(), [](const Xfer& x, const Xfer& y) {
+    return std::tie(x.t0, x.t1, x.conn) < std::tie(y.t0, y.t1, y.conn);
+  });
+  out.now_ns = in.now_ns ? in.now_ns : last_seen;
+  out.offline = in.offline;
+  return out;
+}
+
+}  // namespace netprism::analysis

@@ -1,0 +1,208 @@
+// Stage 3: the role of every node-level edge (data-parallel synchronisation or pipeline point-to-point),
+// the DP groups, and the pipeline order.
+//
+// Pipeline edges obey causality: a micro-batch's gradient (downstream -> upstream) can only start after its
+// activation (upstream -> downstream) has arrived. Counting activations when they start and gradients when
+// they end, the outstanding volume "activations sent minus gradients returned" never goes negative in the
+// true orientation, and is negative for most of the forward/backward phase in the reverse one. DP
+// exchanges are symmetric (both peers send the same volume in the same window), so neither orientation
+// stays negative for long; ring all-reduce among three or more nodes is even one-way per edge.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <numeric>
+
+#include "stages.hpp"
+
+namespace netprism::analysis {
+namespace {
+
+// An edge whose lighter direction carries under 10 % of the heavier one's data is one-way: a ring
+// all-reduce neighbour (pipeline edges always carry equal activation and gradient volumes back).
+constexpr double kOneWayRatio = 0.10;
+// Share of an edge's active time during which the reverse orientation is more than half a transfer
+// negative. A pipeline edge is negative in reverse for its downstream stages' whole forward/backward phase
+// (> 40 % of the time for any schedule with at least two micro-batches); a DP exchange only while one peer
+// waits for a late peer, a few percent of a healthy run. 0.2 sits between the two with a factor two each
+// side.
+constexpr double kPipelineNegativeShare = 0.20;
+
+// Quiet gap that separates episodes of one edge: longer than the spacing of packets and chunks inside one
+// message or one all-reduce (sub-millisecond to a few ms), shorter than any compute between messages.
+constexpr uint64_t kEpisodeGapNs = 5'000'000;
+constexpr double kResidueShare = 0.25;
+
+struct EdgeData {
+  Edge e;
+  double confidence = 0;  // pipeline edges: |negative share forward - reverse|
+  std::vector<const Xfer*> xs;
+};
+
+// Share of time during which "u->v sent (counted at start) minus v->u received (counted at end)" is below
+// -eps. Volumes are not rescaled: activations and their gradients, and the two halves of a DP exchange, have
+// equal sizes. At every quiet gap a residue below eps (a retransmission, headers) is reset so that it cannot
+// accumulate over a long run.
+double negative_share(const std::vector<const Xfer*>& xs, uint32_t u, double eps) {
+  // Episodes on the time-sorted transfers (xs is sorted by t0).
+  std::vector<size_t> cut;  // index of the first transfer of each episode
+  uint64_t run_end = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (i == 0 || xs[i]->t0 > run_end + kEpisodeGapNs) cut.push_back(i);
+    run_end = std::max(run_end, xs[i]->t1);
+  }
+  if (cut.size() < 2) return 0;
+  size_t from = 0, to = xs.size();
+  std::vector<std::pair<uint64_t, double>> ev;
+  for (size_t i = from; i < to; ++i) {
+    const Xfer* x = xs[i];
+    if (x->src == u)
+      ev.emplace_back(x->t0, static_cast<double>(x->bytes));
+    else
+      ev.emplace_back(x->t1, -static_cast<double>(x->bytes));
+  }
+  // Snap points: the start of every episode after the first, with the volume of the episode that ended.
+  std::vector<std::pair<uint64_t, double>> snap;
+  for (size_t k = 1; k < cut.size(); ++k) {
+    double vol = 0;
+    for (size_t i = cut[k - 1]; i < cut[k]; ++i) vol += static_cast<double>(xs[i]->bytes);
+    snap.emplace_back(xs[cut[k]]->t0, vol);
+  }
+  std::sort(ev.begin(), ev.end());
+  uint64_t lo = xs[from]->t0, hi = ev.back().first;
+  if (hi <= lo) return 0;
+  double bal = 0, neg = 0;
+  size_t sn = 0;
+  for (size_t i = 0; i < ev.size(); ++i) {
+    while (sn < snap.size() && snap[sn].first <= ev[i].first) {
+      // A residue under a quarter of the episode's volume is not an outstanding message: pipeline episodes
+      // are one or two messages, so an outstanding one is at least half the episode.
+      if (std::fabs(bal) < std::max(eps, kResidueShare * snap[sn].second)) bal = 0;
+      ++sn;
+    }
+    bal += ev[i].second;
+    uint64_t next = i + 1 < ev.size() ? ev[i + 1].first : hi;
+    if (bal < -eps) neg += static_cast<double>(next - ev[i].first);
+  }
+  return neg / static_cast<double>(hi - lo);
+}
+
+}  // namespace
+
+Structure infer_structure(const Normalized& n, const JobSlice& job) {
+  Structure s;
+  std::map<std::pair<uint32_t, uint32_t>, EdgeData> edges;
+  for (const Xfer& x : job.xfers) {
+    auto key = std::minmax(x.src, x.dst);
+    EdgeData& d = edges[{key.first, key.second}];
+    d.e.u = key.first;
+    d.e.v = key.second;
+    (x.src == key.first ? d.e.bytes_uv : d.e.bytes_vu) += x.bytes;
+    d.xs.push_back(&x);
+  }
+
+  for (auto& [key, d] : edges) {
+    double hi = static_cast<double>(std::max(d.e.bytes_uv, d.e.bytes_vu));
+    double lo = static_cast<double>(std::min(d.e.bytes_uv, d.e.bytes_vu));
+    d.e.role = EdgeRole::dp;
+    if (lo < kOneWayRatio * hi) continue;
+    std::vector<double> sizes;
+    for (const Xfer* x : d.xs) sizes.push_back(static_cast<double>(x->bytes));
+    double eps = 0.5 * typical_size(sizes);
+    double fwd = negative_share(d.xs, d.e.u, eps);
+    double rev = negative_share(d.xs, d.e.v, eps);
+    if (std::getenv("NP_ANALYSIS_DEBUG"))
+      std::fprintf(stderr, "edge %s-%s bytes %llu/%llu neg fwd %.3f rev %.3f\n", n.nodes[d.e.u].c_str(),
+                   n.nodes[d.e.v].c_str(), static_cast<unsigned long long>(d.e.bytes_uv),
+                   static_cast<unsigned long long>(d.e.bytes_vu), fwd, rev);
+    // fwd: share negative when u is taken as upstream. The true orientation stays non-negative.
+    if (std::max(fwd, rev) < kPipelineNegativeShare) continue;
+    d.e.role = EdgeRole::pp;
+    d.confidence = std::fabs(fwd - rev);
+    if (fwd > rev) {
+      std::swap(d.e.u, d.e.v);
+      std::swap(d.e.bytes_uv, d.e.bytes_vu);
+    }
+  }
+
+  size_t N = n.nodes.size();
+  s.stage_of.assign(N, -1);
+  s.group_of.assign(N, -1);
+  for (uint32_t v : job.nodes) s.stage_of[v] = 0;
+
+  // Pipeline depth: longest path from a source over oriented pipeline edges (Bellman-Ford style relaxation,
+  // bounded by the node count so an inconsistent cycle cannot loop forever).
+  auto depths = [&]() {
+    for (uint32_t v : job.nodes) s.stage_of[v] = 0;
+    std::vector<std::pair<uint32_t, uint32_t>> pp;
+    for (auto& [key, d] : edges)
+      if (d.e.role == EdgeRole::pp) pp.emplace_back(d.e.u, d.e.v);
+    for (size_t round = 0; round < job.nodes.size(); ++round) {
+      bool changed = false;
+      for (auto [u, v] : pp)
+        if (s.stage_of[v] < s.stage_of[u] + 1 && s.stage_of[u] + 1 < static_cast<int>(job.nodes.size())) {
+          s.stage_of[v] = s.stage_of[u] + 1;
+          changed = true;
+        }
+      if (!changed) break;
+    }
+  };
+  // Every stage of a DP x PP job holds the same number of nodes, and every pipeline edge joins adjacent
+  // stages. When the edges read as pipeline ones violate that, the least certain of them (a DP exchange
+  // distorted by a fault, e.g. a shaped link that turns one direction into a trickle) is taken back as DP,
+  // one at a time.
+  auto consistent = [&]() {
+    std::map<int, size_t> size;
+    for (uint32_t v : job.nodes) size[s.stage_of[v]]++;
+    for (auto& [st, c] : size)
+      if (c != size.begin()->second) return false;
+    for (auto& [key, d] : edges)
+      if (d.e.role == EdgeRole::pp && s.stage_of[d.e.v] != s.stage_of[d.e.u] + 1) return false;
+    return true;
+  };
+  for (depths(); !consistent(); depths()) {
+    EdgeData* weakest = nullptr;
+    for (auto& [key, d] : edges)
+      if (d.e.role == EdgeRole::pp && (!weakest || d.confidence < weakest->confidence)) weakest = &d;
+    if (!weakest) break;
+    weakest->e.role = EdgeRole::dp;
+  }
+
+  // DP groups: connected components of DP edges.
+  std::vector<uint32_t> parent(N);
+  std::iota(parent.begin(), parent.end(), 0u);
+  auto find = [&](uint32_t x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  };
+  for (auto& [key, d] : edges)
+    if (d.e.role == EdgeRole::dp) parent[find(d.e.u)] = find(d.e.v);
+  std::map<uint32_t, std::vector<uint32_t>> comps;
+  for (auto& [key, d] : edges)
+    if (d.e.role == EdgeRole::dp) {
+      comps[find(d.e.u)];
+    }
+  for (uint32_t v : job.nodes)
+    if (comps.count(find(v))) comps[find(v)].push_back(v);
+  for (auto& [root, members] : comps) {
+    std::sort(members.begin(), members.end(),
+              [&](uint32_t a, uint32_t b) { return n.nodes[a] < n.nodes[b]; });
+    s.dp_groups.push_back(members);
+  }
+  // Order groups by stage, then by first member name, so output is deterministic.
+  std::sort(s.dp_groups.begin(), s.dp_groups.end(), [&](const auto& a, const auto& b) {
+    return std::make_pair(s.stage_of[a[0]], n.nodes[a[0]]) < std::make_pair(s.stage_of[b[0]], n.nodes[b[0]]);
+  });
+  for (size_t g = 0; g < s.dp_groups.size(); ++g)
+    for (uint32_t v : s.dp_groups[g]) s.group_of[v] = static_cast<int>(g);
+
+  int depth = 0;
+  for (uint32_t v : job.nodes) depth = std::max(depth, s.stage_of[v]);
+  s.stages.assign(static_cast<size_t>(depth) + 1, {});
+  for (uint32_t v : job.nodes) s.stages[static_cast<size_t>(s.stage_of[v])].push_back(v);
+  for (auto& [key, d] : edges) s.edges.push_back(d.e);
+  return s;
+}
+
+}  // namespace netprism::analysis

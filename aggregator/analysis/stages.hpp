@@ -1,0 +1,118 @@
+// Internal records and stage functions of the analysis pipeline. Each stage is a pure function from the
+// previous stage's records to its own, so the unit tests drive them one by one on synthetic data.
+//
+//   normalize (node mapping, observer dedupe, data/ACK split)
+//     -> job_grouping (training-connection filter, time-aware union-find)
+//     -> parallelism (edge roles, DP groups, pipeline order)
+//     -> timeline (iteration boundaries, per-node phases)
+//     -> diagnosis (straggler, slow_link, slow_iteration, hang) and job state
+//
+// NP_ANALYSIS_DEBUG=1 in the environment prints each edge's role evidence and each DP group's
+// synchronisation detection to stderr (for looking at a new recording).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "analysis.hpp"
+
+namespace netprism::analysis {
+
+// One data-carrying transfer (flowlet / CSV row) after node mapping and observer dedupe.
+struct Xfer {
+  uint32_t src = 0;   // node index
+  uint32_t dst = 0;   // node index
+  uint32_t conn = 0;  // connection index (both directions of one 5-tuple share it)
+  uint64_t t0 = 0;
+  uint64_t t1 = 0;
+  uint64_t bytes = 0;
+};
+
+// One connection (undirected 5-tuple) with its totals; a < b by node index, or by address on ties.
+struct Conn {
+  uint32_t a = 0;  // node index
+  uint32_t b = 0;
+  uint64_t bytes_ab = 0;
+  uint64_t bytes_ba = 0;
+  uint64_t xfers = 0;
+  uint64_t first_ns = UINT64_MAX;  // any packet, data or not
+  uint64_t last_ns = 0;
+  bool closed = false;  // FIN or RST seen in either direction by any observer
+  std::string label;    // "src:port<->dst:port" for evidence text
+};
+
+struct Normalized {
+  std::vector<std::string> nodes;  // index -> name
+  std::vector<Conn> conns;
+  std::vector<Xfer> xfers;  // sorted by t0
+  uint64_t now_ns = 0;
+  bool offline = false;
+};
+
+// Node mapping, observer dedupe (one observer per flow direction: the sender's own egress view when it
+// exists), data vs. pure-ACK split. Never drops an event silently: events with no data still count in their
+// connection's first/last/closed.
+Normalized normalize(const Input& in);
+
+// A job candidate: its connections (training only), nodes and transfers.
+struct JobSlice {
+  std::vector<uint32_t> nodes;  // node indices, sorted by name
+  std::vector<uint32_t> conns;  // training connections
+  std::vector<Xfer> xfers;      // transfers on those connections, sorted by t0
+  uint64_t first_ns = 0;
+  uint64_t last_ns = 0;
+};
+
+// True when a connection carries training traffic by volume (see job_grouping.cpp for the thresholds).
+std::vector<bool> training_connections(const Normalized& n);
+std::vector<JobSlice> group_jobs(const Normalized& n);
+std::string job_id(const std::vector<std::string>& sorted_nodes, uint64_t first_ns);
+
+// Node-level undirected edge of a job with its role.
+enum class EdgeRole { dp, pp };
+struct Edge {
+  uint32_t u = 0, v = 0;  // node indices; for pp edges u is upstream (closer to the first stage)
+  EdgeRole role = EdgeRole::dp;
+  uint64_t bytes_uv = 0, bytes_vu = 0;
+};
+
+struct Structure {
+  std::vector<Edge> edges;
+  std::vector<std::vector<uint32_t>> dp_groups;  // node indices, each group sorted
+  std::vector<std::vector<uint32_t>> stages;     // first stage first
+  std::vector<int> stage_of;                     // per node index (-1: not in job)
+  std::vector<int> group_of;                     // per node index: dp group or -1
+};
+Structure infer_structure(const Normalized& n, const JobSlice& job);
+
+// Iteration boundaries plus per-node phases of each iteration.
+struct Timeline {
+  std::vector<uint64_t> boundaries;  // iteration i = [boundaries[i], boundaries[i+1]]
+  double step_ns = 0;                // median iteration duration
+  // Per iteration, per dp group: join time of each member (first DP send), sync end; 0 = not seen.
+  struct GroupSync {
+    std::vector<uint64_t> join;  // aligned with Structure::dp_groups[g]
+    uint64_t start = 0, end = 0;
+  };
+  std::vector<std::vector<GroupSync>> syncs;  // [iteration][group]
+};
+// Ends of each synchronisation of DP group `group` (index into Structure::dp_groups), in time order.
+std::vector<uint64_t> sync_ends(const JobSlice& job, const Structure& s, int group);
+Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structure& s);
+
+// Phases of every node per iteration (pipeline window, DP sync window), for export and diagnosis.
+std::vector<Phase> node_phases(const Normalized& n, const JobSlice& job, const Structure& s,
+                               const Timeline& t, size_t iteration);
+
+std::vector<Finding> diagnose(const Normalized& n, const JobSlice& job, const Structure& s, const Timeline& t,
+                              const std::vector<Iteration>& its, const std::string& state, uint64_t now_ns,
+                              const std::string& job_id);
+std::string job_state(const Normalized& n, const JobSlice& job, double step_ns, size_t iterations);
+
+// Robust statistics shared by the stages.
+double median(std::vector<double> v);
+double mad(const std::vector<double>& v, double med);
+double typical_size(std::vector<double> sizes);
+
+}  // namespace netprism::analysis

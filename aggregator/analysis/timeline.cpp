@@ -1,0 +1,421 @@
+// Stage 4: iteration boundaries and per-iteration synchronisation details.
+//
+// With data parallelism the boundary is the end of the first stage's DP synchronisation (the first stage
+// finishes its backward pass last, so its synchronisation closes the iteration). A synchronisation is found
+// as a cluster of DP transfers in which every DP direction of the group is active (every all-reduce
+// algorithm ends with a step that uses all its links; a member that is early alone only covers its own
+// link), followed by the long quiet gap of the next forward/backward pass.
+// Without data parallelism the boundary is the start of the first activation the first stage sends after
+// all the previous iteration's micro-batches returned (outstanding activation volume back to zero).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "stages.hpp"
+
+namespace netprism::analysis {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  size_t m = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(m), v.end());
+  double hi = v[m];
+  if (v.size() % 2) return hi;
+  double lo = *std::max_element(v.begin(), v.begin() + static_cast<long>(m));
+  return (lo + hi) / 2;
+}
+
+// Typical size of the messages in `sizes`: the median over those of at least a tenth of the largest, so
+// that small control messages (notifications, barriers) riding the same connection do not drag it down.
+double typical_size(std::vector<double> sizes) {
+  if (sizes.empty()) return 0;
+  double top = *std::max_element(sizes.begin(), sizes.end());
+  std::erase_if(sizes, [&](double x) { return x < 0.1 * top; });
+  return median(std::move(sizes));
+}
+
+double mad(const std::vector<double>& v, double med) {
+  std::vector<double> d;
+  d.reserve(v.size());
+  for (double x : v) d.push_back(std::fabs(x - med));
+  return median(std::move(d));
+}
+
+namespace {
+
+// Transfers of one DP exchange that follow each other within 1 ms belong to the same burst of activity:
+// the same idle-gap rule the probe uses to cut flowlets.
+constexpr uint64_t kClusterGapNs = 1'000'000;
+// A direction of a DP edge counts towards "full coverage" when it carries at least 10 % of the group's
+// busiest direction: ring and pairwise algorithms load every used direction about equally, and pure-ACK or
+// leftover directions carry far less.
+constexpr double kSignificantDirection = 0.10;
+// Two classes of gaps after a full-coverage cluster: inside one synchronisation (network latency and
+// reductions, milliseconds) and between iterations (a forward/backward pass). Only when the classes differ
+// by more than 8x in their geometric means are they treated as two; otherwise every gap is between
+// iterations. Measured on the testbed: intra-synchronisation gaps are 0.1-10 ms, steps 0.25-0.7 s (> 40x); a
+// benign pause of a few steps among single-burst synchronisations is < 8x and must not look like a class.
+constexpr double kGapClassRatio = 8.0;
+// Leading boundaries that make an iteration shorter than half the median come from starting to watch in the
+// middle of an iteration; they are dropped (a real iteration never runs at twice the speed of its peers).
+constexpr double kShortLeadingIteration = 0.5;
+
+// Otsu split of log-gaps; returns the threshold (ns) above which a gap separates iterations.
+double inter_gap_threshold(std::vector<double> gaps) {
+  if (gaps.size() < 2) return 0;
+  for (double& g : gaps) g = std::log(std::max(g, 1.0));
+  std::sort(gaps.begin(), gaps.end());
+  size_t n = gaps.size();
+  std::vector<double> pre(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) pre[i + 1] = pre[i] + gaps[i];
+  double best = -1;
+  size_t cut = 0;
+  for (size_t k = 1; k < n; ++k) {
+    double m0 = pre[k] / static_cast<double>(k), m1 = (pre[n] - pre[k]) / static_cast<double>(n - k);
+    double w = static_cast<double>(k) * static_cast<double>(n - k) * (m1 - m0) * (m1 - m0);
+    if (w > best) {
+      best = w;
+      cut = k;
+    }
+  }
+  double m0 = pre[cut] / static_cast<double>(cut), m1 = (pre[n] - pre[cut]) / static_cast<double>(n - cut);
+  if (m1 - m0 < std::log(kGapClassRatio)) return 0;
+  return std::exp((gaps[cut - 1] + gaps[cut]) / 2);
+}
+
+bool is_dp_xfer(const Structure& s, const Xfer& x, int group) {
+  return s.group_of[x.src] == group && s.group_of[x.dst] == group && s.stage_of[x.src] == s.stage_of[x.dst];
+}
+
+}  // namespace
+
+// Ends of each synchronisation of one DP group, in time order.
+std::vector<uint64_t> sync_ends(const JobSlice& job, const Structure& s, int group) {
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> dir_bytes;
+  std::vector<const Xfer*> xs;
+  for (const Xfer& x : job.xfers)
+    if (is_dp_xfer(s, x, group)) {
+      xs.push_back(&x);
+      dir_bytes[{x.src, x.dst}] += x.bytes;
+    }
+  if (xs.empty()) return {};
+  uint64_t top = 0;
+  for (auto& [k, b] : dir_bytes) top = std::max(top, b);
+  std::map<std::pair<uint32_t, uint32_t>, size_t> dir_idx;
+  for (auto& [k, b] : dir_bytes)
+    if (static_cast<double>(b) >= kSignificantDirection * static_cast<double>(top))
+      dir_idx.emplace(k, dir_idx.size());
+
+  // Bursts: transfers within 1 ms of each other. Each remembers which significant directions it used.
+  struct Burst {
+    uint64_t start, end;
+    std::vector<char> used;
+  };
+  std::vector<Burst> cl;
+  for (const Xfer* x : xs) {
+    if (cl.empty() || x->t0 > cl.back().end + kClusterGapNs)
+      cl.push_back({x->t0, x->t1, std::vector<char>(dir_idx.size(), 0)});
+    cl.back().end = std::max(cl.back().end, x->t1);
+    auto it = dir_idx.find({x->src, x->dst});
+    if (it != dir_idx.end()) cl.back().used[it->second] = 1;
+  }
+  // Synchronisations: bursts joined across the short gaps (inside one all-reduce) as opposed to the long
+  // ones (compute between iterations); a synchronisation counts when it used every significant direction.
+  std::vector<double> gaps;
+  for (size_t i = 0; i + 1 < cl.size(); ++i) gaps.push_back(static_cast<double>(cl[i + 1].start - cl[i].end));
+  auto episodes = [&](double thr) {
+    std::vector<uint64_t> ends;
+    std::vector<char> used(dir_idx.size(), 0);
+    for (size_t i = 0; i < cl.size(); ++i) {
+      for (size_t d = 0; d < used.size(); ++d) used[d] |= cl[i].used[d];
+      bool last = i + 1 == cl.size();
+      if (!last && static_cast<double>(cl[i + 1].start - cl[i].end) <= thr) continue;
+      if (std::all_of(used.begin(), used.end(), [](char c) { return c != 0; })) ends.push_back(cl[i].end);
+      std::fill(used.begin(), used.end(), 0);
+    }
+    return ends;
+  };
+  double thr = inter_gap_threshold(gaps);
+  std::vector<uint64_t> ends = episodes(thr);
+  // A gap inside one synchronisation is far shorter than a step. When the split found is not (a long pause
+  // among otherwise single-burst synchronisations makes the steps themselves look "short"), there is only
+  // one class of gaps. Half a step: the split sits at the geometric middle of the two classes, so for real
+  // intra-synchronisation gaps (milliseconds) it is far below it.
+  std::vector<double> spacing;
+  for (size_t i = 0; i + 1 < ends.size(); ++i) spacing.push_back(static_cast<double>(ends[i + 1] - ends[i]));
+  if (thr > 0 && (spacing.size() < 2 || thr > 0.5 * median(spacing))) {
+    thr = 0;
+    ends = episodes(thr);
+  }
+  if (std::getenv("NP_ANALYSIS_DEBUG"))
+    std::fprintf(stderr, "group %d: %zu dirs, %zu bursts, thr %.1f ms, %zu syncs\n", group, dir_idx.size(),
+                 cl.size(), thr / 1e6, ends.size());
+  return ends;
+}
+
+namespace {
+
+// Iteration boundaries of a pipeline without DP, from its drain points: the end of the gradient transfer that
+// brings the first stage's outstanding activation volume back to zero (every micro-batch of the iteration has
+// come back). Activations count when they start, gradients when they end (causal order); the balance restarts
+// from zero at every drain, so a lost or repeated packet cannot drift it beyond one iteration.
+std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
+  if (s.stages.size() < 2) return {};
+  // The busiest first-stage -> second-stage edge.
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> vol;
+  for (const Xfer& x : job.xfers)
+    if (s.stage_of[x.src] == 0 && s.stage_of[x.dst] == 1) vol[{x.src, x.dst}] += x.bytes;
+  if (vol.empty()) return {};
+  auto best = std::max_element(vol.begin(), vol.end(), [](auto& a, auto& b) { return a.second < b.second; });
+  auto [u, v] = best->first;
+  std::vector<double> a_sizes;
+  std::vector<std::pair<uint64_t, double>> ev;  // (time, +bytes activation / -bytes gradient)
+  for (const Xfer& x : job.xfers) {
+    if (x.src == u && x.dst == v) {
+      ev.emplace_back(x.t0, static_cast<double>(x.bytes));
+      a_sizes.push_back(static_cast<double>(x.bytes));
+    }
+    if (x.src == v && x.dst == u) ev.emplace_back(x.t1, -static_cast<double>(x.bytes));
+  }
+  std::sort(ev.begin(), ev.end());
+  // Half of a typical activation transfer: below it the pipeline holds no micro-batch.
+  double eps = 0.5 * typical_size(a_sizes);
+  std::vector<uint64_t> drains, starts;  // starts[k]: first activation after drains[k] (0: none yet)
+  double out = 0;
+  bool drained = true;
+  for (auto [t, b] : ev) {
+    // Messages far below an activation (barriers, notifications) neither open nor close an iteration.
+    if (std::fabs(b) < eps) continue;
+    if (b > 0) {
+      if (drained && !drains.empty() && starts.size() < drains.size()) starts.push_back(t);
+      drained = false;
+      out += b;
+    } else if (!drained) {
+      out = std::max(0.0, out + b);
+      if (out <= eps) {
+        out = 0;
+        drained = true;
+        drains.push_back(t);
+      }
+    }
+  }
+  // The boundary is the first activation of the next iteration: the first stage's own schedule (its
+  // optimizer step, then its first forward pass) separates it from the end of the previous iteration by a
+  // constant, while the drain inherits the jitter of every downstream stage (measured on the testbed: 0.1 %
+  // vs 0.9 % median duration error). The last iteration, with no next activation, ends at its drain plus
+  // the median drain-to-start delay.
+  std::vector<double> delay;
+  for (size_t k = 0; k < starts.size(); ++k) delay.push_back(static_cast<double>(starts[k] - drains[k]));
+  double d = median(delay);
+  std::vector<uint64_t> out_b;
+  for (size_t k = 0; k < drains.size(); ++k)
+    out_b.push_back(k < starts.size() ? starts[k] : drains[k] + static_cast<uint64_t>(d));
+  return out_b;
+}
+
+}  // namespace
+
+// The truth of an iteration boundary is the moment the job's ranks come out of their synchronisation; with
+// several stages they do so at different times (the last stage first). The boundary is therefore the median,
+// over the stages, of each stage's end: its DP group's synchronisation end, or without DP its last gradient
+// sent upstream (the first stage: the drain). Iterations are delimited by a reference (the first stage's
+// synchronisation or drain) and each stage's end is attached to the nearest reference within
+// (-0.6, +0.4] of a step: stages finish before the first one, a faulty one may finish a little after it.
+Timeline build_timeline(const Normalized&, const JobSlice& job, const Structure& s) {
+  Timeline t;
+  int ref = -1;
+  for (size_t g = 0; g < s.dp_groups.size(); ++g)
+    if (ref < 0 || s.stage_of[s.dp_groups[g][0]] < s.stage_of[s.dp_groups[static_cast<size_t>(ref)][0]] ||
+        (s.stage_of[s.dp_groups[g][0]] == s.stage_of[s.dp_groups[static_cast<size_t>(ref)][0]] &&
+         s.dp_groups[g].size() > s.dp_groups[static_cast<size_t>(ref)].size()))
+      ref = static_cast<int>(g);
+  std::vector<uint64_t> refb = ref >= 0 ? sync_ends(job, s, ref) : pipeline_drains(job, s);
+  std::vector<double> rd;
+  for (size_t i = 0; i + 1 < refb.size(); ++i) rd.push_back(static_cast<double>(refb[i + 1] - refb[i]));
+  // A synchronisation stretched by a slow link can split into several complete episodes: spacings then
+  // alternate short and long. The step is the median of the upper half of the spacings (every spacing when
+  // they are all steps; only the long ones otherwise), and reference ends closer than half of it are one
+  // synchronisation (the later end kept).
+  if (ref >= 0 && rd.size() >= 4) {
+    std::vector<double> sorted = rd;
+    std::sort(sorted.begin(), sorted.end());
+    double step =
+        median(std::vector<double>(sorted.begin() + static_cast<long>(sorted.size() / 2), sorted.end()));
+    std::vector<uint64_t> merged;
+    for (uint64_t e : refb) {
+      if (!merged.empty() && static_cast<double>(e - merged.back()) < 0.5 * step)
+        merged.back() = e;
+      else
+        merged.push_back(e);
+    }
+    refb = std::move(merged);
+    rd.clear();
+    for (size_t i = 0; i + 1 < refb.size(); ++i) rd.push_back(static_cast<double>(refb[i + 1] - refb[i]));
+  }
+  double T = median(rd);
+  auto slot = [&](uint64_t e) -> int {
+    auto it =
+        std::lower_bound(refb.begin(), refb.end(), e > 0.4 * T ? e - static_cast<uint64_t>(0.4 * T) : 0);
+    if (it == refb.end()) return -1;
+    if (static_cast<double>(*it) - 0.6 * T >= static_cast<double>(e)) return -1;
+    return static_cast<int>(it - refb.begin());
+  };
+  std::vector<std::vector<uint64_t>> ends_at(refb.size());
+  std::vector<std::vector<uint64_t>> group_end(s.dp_groups.size(), std::vector<uint64_t>(refb.size(), 0));
+  std::vector<std::vector<uint64_t>> group_ends(s.dp_groups.size());
+  if (ref >= 0) {
+    for (size_t g = 0; g < s.dp_groups.size(); ++g) {
+      group_ends[g] = static_cast<int>(g) == ref ? refb : sync_ends(job, s, static_cast<int>(g));
+      // Pair the group's synchronisations with the reference's in order: one per iteration each, so the
+      // k-th of one is the (k + shift)-th of the other, with the shift that brings them closest. Pairing by
+      // order (not by nearest time) keeps a stage whose synchronisation slowed down by half a step (a
+      // shaped link) in its own iteration.
+      // A synchronisation stretched by a slow link can break into several complete-looking episodes; two
+      // ends closer than half a step belong to one synchronisation (keep the later).
+      auto& E = group_ends[g];
+      if (static_cast<int>(g) != ref) {
+        std::vector<uint64_t> merged;
+        for (uint64_t e : E) {
+          if (!merged.empty() && static_cast<double>(e - merged.back()) < 0.5 * T)
+            merged.back() = e;
+          else
+            merged.push_back(e);
+        }
+        E = std::move(merged);
+      }
+      long best_shift = 0;
+      double best_cost = -1;
+      for (long sh = -2; sh <= 2; ++sh) {
+        std::vector<double> d;
+        for (size_t k = 0; k < refb.size(); ++k) {
+          long j = static_cast<long>(k) + sh;
+          if (j >= 0 && j < static_cast<long>(E.size()))
+            d.push_back(
+                std::fabs(static_cast<double>(E[static_cast<size_t>(j)]) - static_cast<double>(refb[k])));
+        }
+        if (d.size() * 2 < refb.size()) continue;
+        double c = median(d);
+        if (best_cost < 0 || c < best_cost) {
+          best_cost = c;
+          best_shift = sh;
+        }
+      }
+      for (size_t k = 0; k < refb.size(); ++k) {
+        long j = static_cast<long>(k) + best_shift;
+        if (j < 0 || j >= static_cast<long>(E.size())) continue;
+        uint64_t e = E[static_cast<size_t>(j)];
+        if (std::fabs(static_cast<double>(e) - static_cast<double>(refb[k])) > 0.75 * T) continue;
+        group_end[g][k] = e;
+      }
+      // A stretched synchronisation (a shaped link turns it into a trickle of partial bursts) ends with its
+      // last transfer: within half a step of the reference, the group's latest DP transfer end wins.
+      if (static_cast<int>(g) != ref) {
+        for (const Xfer& x : job.xfers) {
+          if (!is_dp_xfer(s, x, static_cast<int>(g))) continue;
+          auto it = std::lower_bound(
+              refb.begin(), refb.end(),
+              x.t1 > static_cast<uint64_t>(0.5 * T) ? x.t1 - static_cast<uint64_t>(0.5 * T) : 0);
+          if (it == refb.end() || static_cast<double>(*it) + 0.5 * T < static_cast<double>(x.t1)) continue;
+          size_t k = static_cast<size_t>(it - refb.begin());
+          if (x.t1 > group_end[g][k]) group_end[g][k] = x.t1;
+        }
+        E.clear();
+        for (uint64_t e : group_end[g])
+          if (e) E.push_back(e);
+      }
+      for (size_t k = 0; k < refb.size(); ++k)
+        if (group_end[g][k]) ends_at[k].push_back(group_end[g][k]);
+    }
+  }
+
+  // Boundaries: the end of each iteration's last synchronisation over the stages (the DP groups finish one
+  // after the other, the first stage usually last; a stage slowed by its links can finish later). Without
+  // DP, the drain of the pipeline at the first stage.
+  std::vector<size_t> slot_of;  // boundary index -> reference slot
+  for (size_t k = 0; k < refb.size(); ++k) {
+    uint64_t b = refb[k];
+    for (uint64_t e : ends_at[k]) b = std::max(b, e);
+    if (!t.boundaries.empty() && b <= t.boundaries.back()) continue;
+    t.boundaries.push_back(b);
+    slot_of.push_back(k);
+  }
+
+  auto durations = [&]() {
+    std::vector<double> d;
+    for (size_t i = 0; i + 1 < t.boundaries.size(); ++i)
+      d.push_back(static_cast<double>(t.boundaries[i + 1] - t.boundaries[i]));
+    return d;
+  };
+  double med = median(durations());
+  while (t.boundaries.size() >= 3 &&
+         static_cast<double>(t.boundaries[1] - t.boundaries[0]) < kShortLeadingIteration * med) {
+    t.boundaries.erase(t.boundaries.begin());
+    slot_of.erase(slot_of.begin());
+  }
+  t.step_ns = median(durations());
+
+  // Per iteration, per group: sync end and each member's join (first DP send after the group's previous
+  // synchronisation). Iteration i ends at boundary i + 1.
+  size_t iters = t.boundaries.size() > 1 ? t.boundaries.size() - 1 : 0;
+  t.syncs.assign(iters, std::vector<Timeline::GroupSync>(s.dp_groups.size()));
+  std::vector<int> iter_of_slot(refb.size(), -1);
+  for (size_t i = 1; i < slot_of.size(); ++i) iter_of_slot[slot_of[i]] = static_cast<int>(i) - 1;
+  std::vector<int> member_pos(s.group_of.size(), -1);  // node -> index in its DP group (no linear search)
+  for (const auto& grp : s.dp_groups)
+    for (size_t m = 0; m < grp.size(); ++m) member_pos[grp[m]] = static_cast<int>(m);
+  for (size_t g = 0; g < s.dp_groups.size(); ++g) {
+    const auto& members = s.dp_groups[g];
+    for (size_t k = 0; k < refb.size(); ++k)
+      if (iter_of_slot[k] >= 0 && group_end[g][k]) {
+        auto& gs = t.syncs[static_cast<size_t>(iter_of_slot[k])][g];
+        gs.end = group_end[g][k];
+        gs.join.assign(members.size(), 0);
+      }
+    const auto& ends = group_ends[g];
+    for (const Xfer& x : job.xfers) {
+      if (!is_dp_xfer(s, x, static_cast<int>(g))) continue;
+      auto it = std::lower_bound(ends.begin(), ends.end(), x.t0);
+      if (it == ends.end()) continue;
+      int k = slot(*it);
+      if (k < 0 || iter_of_slot[static_cast<size_t>(k)] < 0 || group_end[g][static_cast<size_t>(k)] != *it)
+        continue;
+      auto& gs = t.syncs[static_cast<size_t>(iter_of_slot[static_cast<size_t>(k)])][g];
+      size_t m = member_pos[x.src] >= 0 ? static_cast<size_t>(member_pos[x.src]) : members.size();
+      if (m < members.size() && (gs.join[m] == 0 || x.t0 < gs.join[m])) gs.join[m] = x.t0;
+      if (gs.start == 0 || x.t0 < gs.start) gs.start = x.t0;
+    }
+  }
+  return t;
+}
+
+std::vector<Phase> node_phases(const Normalized& n, const JobSlice& job, const Structure& s,
+                               const Timeline& t, size_t i) {
+  std::vector<Phase> out;
+  if (i + 1 >= t.boundaries.size()) return out;
+  uint64_t lo = t.boundaries[i], hi = t.boundaries[i + 1];
+  std::map<uint32_t, std::pair<uint64_t, uint64_t>> pp;
+  auto first = std::lower_bound(job.xfers.begin(), job.xfers.end(), lo,
+                                [](const Xfer& x, uint64_t v) { return x.t0 < v; });
+  for (auto it = first; it != job.xfers.end() && it->t0 < hi; ++it) {
+    if (s.stage_of[it->src] == s.stage_of[it->dst]) continue;
+    for (uint32_t v : {it->src, it->dst}) {
+      auto [p, ins] = pp.try_emplace(v, it->t0, std::min(it->t1, hi));
+      if (!ins) p->second.second = std::max(p->second.second, std::min(it->t1, hi));
+    }
+  }
+  for (auto& [v, w] : pp) out.push_back({n.nodes[v], "pipeline", w.first, w.second});
+  if (i < t.syncs.size())
+    for (size_t g = 0; g < s.dp_groups.size(); ++g) {
+      const auto& gs = t.syncs[i][g];
+      if (gs.end == 0) continue;
+      for (size_t m = 0; m < s.dp_groups[g].size(); ++m)
+        if (gs.join[m] && gs.join[m] <= gs.end)
+          out.push_back({n.nodes[s.dp_groups[g][m]], "dp_sync", std::max(gs.join[m], lo), gs.end});
+    }
+  return out;
+}
+
+}  // namespace netprism::analysis

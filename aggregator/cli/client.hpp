@@ -1,0 +1,31 @@
+// The CLI's side of the query endpoint: one REQ socket per call, finite linger, send and receive timeouts,
+// so an unreachable aggregator is reported (exit 1) within the timeout instead of hanging.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace netprism::cli {
+
+struct CallError {
+  enum Kind { kUnreachable, kNotFound, kBadEndpoint, kOther } kind;
+  std::string message;
+};
+
+class Client {
+ public:
+  Client(std::string endpoint, std::chrono::milliseconds timeout)
+      : endpoint_(std::move(endpoint)), timeout_(timeout) {}
+  // The reply's "result", or an error.
+  std::optional<nlohmann::json> call(const nlohmann::json& request, CallError& err) const;
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  std::string endpoint_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace netprism::cli

@@ -1,0 +1,181 @@
+#include "offline.hpp"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "analysis.hpp"
+#include "flows.hpp"
+#include "netprism/addr.hpp"
+#include "store.hpp"
+
+namespace netprism::cli {
+
+namespace {
+bool looks_like_sqlite(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[16] = {};
+  in.read(head, sizeof head);
+  return in.gcount() == 16 && std::string(head, 15) == "SQLite format 3";
+}
+
+std::optional<std::string> unbase64(const std::string& in) {
+  auto val = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  if (in.size() % 4) return std::nullopt;
+  std::string out;
+  out.reserve(in.size() / 4 * 3);
+  for (std::size_t i = 0; i < in.size(); i += 4) {
+    int v[4];
+    for (int k = 0; k < 4; ++k) v[k] = in[i + k] == '=' ? 0 : val(in[i + k]);
+    if (v[0] < 0 || v[1] < 0 || v[2] < 0 || v[3] < 0) return std::nullopt;
+    uint32_t x = (v[0] << 18) | (v[1] << 12) | (v[2] << 6) | v[3];
+    out += static_cast<char>(x >> 16);
+    if (in[i + 2] != '=') out += static_cast<char>((x >> 8) & 0xff);
+    if (in[i + 3] != '=') out += static_cast<char>(x & 0xff);
+  }
+  return out;
+}
+
+// Topology file applied to native recordings too: "IP NODE" lines override the HELLO mapping.
+bool apply_topology(const std::string& path, analysis::Input& in, std::string& err) {
+  std::ifstream f(path);
+  if (!f) {
+    err = path + ": cannot open topology file";
+    return false;
+  }
+  std::string line;
+  int n = 0;
+  while (std::getline(f, line)) {
+    ++n;
+    if (auto h = line.find('#'); h != std::string::npos) line.resize(h);
+    std::istringstream ss(line);
+    std::string ip, node, extra;
+    if (!(ss >> ip)) continue;
+    if (!(ss >> node) || (ss >> extra)) {
+      err = path + ":" + std::to_string(n) + ": expected 'IP NODE'";
+      return false;
+    }
+    auto a = parse_addr(ip);
+    if (!a) {
+      err = path + ":" + std::to_string(n) + ": '" + ip + "' is not an IP address";
+      return false;
+    }
+    in.addr_node[format_addr(a->data())] = node;
+  }
+  return true;
+}
+}  // namespace
+
+std::optional<nlohmann::json> analyze_file(const std::string& input, std::string format,
+                                           const std::string& topology, std::string& err) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(input, ec)) {
+    err = input + ": no such file or directory";
+    return std::nullopt;
+  }
+  bool is_dir = fs::is_directory(input, ec);
+  if (format.empty()) format = is_dir || looks_like_sqlite(input) ? "native" : "csv";
+  analysis::Input in;
+  if (format == "csv") {
+    auto r = analysis::load_csv(input, topology, err);
+    if (!r) return std::nullopt;
+    in = std::move(*r);
+  } else {
+    std::string db = store::Store::resolve(input);
+    if (!looks_like_sqlite(db)) {
+      err = input +
+            ": not a netprism recording (expected an aggregator data dir or a file from `netprism record`)";
+      return std::nullopt;
+    }
+    try {
+      store::Store s(input, store::Db::Mode::kReadOnly);
+      std::vector<std::string> warnings;
+      in = store::load_native(s, warnings);
+      for (const auto& w : warnings) std::cerr << "netprism: warning: " << w << "\n";
+    } catch (const std::exception& e) {
+      err = input + ": " + e.what();
+      return std::nullopt;
+    }
+    if (!topology.empty() && !apply_topology(topology, in, err)) return std::nullopt;
+  }
+  auto r = analysis::analyze(in);
+  auto jobs = nlohmann::json::array();
+  for (const auto& j : r.jobs) jobs.push_back(analysis::full(j));
+  return nlohmann::json{{"jobs", jobs}};
+}
+
+std::optional<nlohmann::json> record(const Client& client, const std::string& output, uint64_t since,
+                                     uint64_t until, CallError& err) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(output + suffix, ec);
+  uint64_t batches = 0, records = 0;
+  try {
+    store::Store out(output, store::Db::Mode::kReadWrite);
+    int64_t after = 0;
+    for (;;) {
+      nlohmann::json req = {{"cmd", "dump"}, {"after_id", after}, {"since", since}, {"until", until}};
+      auto page = client.call(req, err);
+      if (!page) return std::nullopt;
+      store::Transaction tx(out.db());
+      if (after == 0) {
+        for (const auto& n : page->value("nodes", nlohmann::json::array())) {
+          store::NodeRow row;
+          row.node = n.value("node", "");
+          row.epoch = n.value("epoch", uint64_t{0});
+          row.hello.node = row.node;
+          row.hello.epoch = row.epoch;
+          row.hello.agent_version = n.value("agent_version", "");
+          for (const auto& i : n.value("interfaces", nlohmann::json::array()))
+            row.hello.interfaces.push_back(
+                {i.value("name", ""), i.value("ifindex", 0u), i.value("addrs", std::vector<std::string>{})});
+          row.registered_ns = n.value("registered_ns", uint64_t{0});
+          row.last_seen_ns = n.value("last_seen_ns", uint64_t{0});
+          if (!row.node.empty()) out.register_node(row.hello, row.registered_ns);
+        }
+        store::OwnTraffic own;
+        for (const auto& p : page->value("own_ports", nlohmann::json::array()))
+          if (p.is_number_unsigned()) own.ports.insert(p.get<uint16_t>());
+        store::save_own_traffic(out, own);
+      }
+      const auto& rows = page->value("batches", nlohmann::json::array());
+      for (const auto& b : rows) {
+        store::Store::RawRow r{b.value("id", int64_t{0}),           b.value("node", ""),
+                               b.value("epoch", uint64_t{0}),       b.value("seq", uint64_t{0}),
+                               b.value("received_ns", uint64_t{0}), b.value("first_ns", uint64_t{0}),
+                               b.value("last_ns", uint64_t{0}),     b.value("records", uint64_t{0}),
+                               b.value("raw_bytes", uint64_t{0}),   {}};
+        auto data = unbase64(b.value("data", ""));
+        if (!data) {
+          err = {CallError::kOther, "aggregator sent a corrupt dump page"};
+          return std::nullopt;
+        }
+        r.data = std::move(*data);
+        out.insert_raw(r);
+        after = std::max(after, r.id);
+        batches++;
+        records += r.records;
+      }
+      tx.commit();
+      if (rows.empty() || page->value("done", false)) break;
+    }
+    out.db().exec("PRAGMA journal_mode=DELETE");  // one self-contained file
+  } catch (const std::exception& e) {
+    err = {CallError::kOther, output + ": " + e.what()};
+    return std::nullopt;
+  }
+  return nlohmann::json{{"file", output}, {"batches", batches}, {"records", records}};
+}
+
+}  // namespace netprism::cli

@@ -1,0 +1,24 @@
+// Commands that work on recordings: `analyze` (no aggregator needed) and `record` (copy the aggregator's
+// stored batches into a self-contained native recording file that `analyze --format native` reads).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "client.hpp"
+
+namespace netprism::cli {
+
+// Native input: a data dir (the aggregator's --data-dir) or a database file (a recording).
+// format: "native", "csv" or "" (guess: a directory or SQLite file is native, anything else csv).
+// Returns the `analyze` document, or nullopt with a one-line error.
+std::optional<nlohmann::json> analyze_file(const std::string& input, std::string format,
+                                           const std::string& topology, std::string& err);
+
+// Writes a recording; returns a small summary document, or nullopt with err set.
+std::optional<nlohmann::json> record(const Client& client, const std::string& output, uint64_t since,
+                                     uint64_t until, CallError& err);
+
+}  // namespace netprism::cli

@@ -1,0 +1,281 @@
+#include "ingest.hpp"
+
+#include <chrono>
+#include <set>
+
+#include "log.hpp"
+#include "zstd_blob.hpp"
+#include "netprism/wire.hpp"
+
+namespace netprism::daemon {
+
+namespace {
+// A drained group is bounded so one commit stays short (ACK latency) and memory stays bounded:
+// 1024 messages or 64 MiB, whichever comes first.
+constexpr std::size_t kGroupMessages = 1024;
+constexpr std::size_t kGroupBytes = 64u << 20;
+// Retention runs every 30 s: frequent enough that the size bound is overshot by at most 30 s of ingest,
+// rare enough that its scans cost nothing measurable.
+constexpr auto kRetentionEvery = std::chrono::seconds(30);
+// Rejections are logged at most 10 lines/s (the rest are counted; see `netprism status`).
+constexpr int kRejectLogPerSecond = 10;
+}  // namespace
+
+struct Ingest::Frame {
+  zmq::message_t identity;
+  zmq::message_t payload;
+  std::size_t parts = 0;  // payload frames received (more than one is malformed; extras are discarded)
+  // Filled in parallel before the ordered, transactional part:
+  wire::DecodeResult decoded;
+  std::string compressed;  // zstd of the payload, for batches
+  bool compress_failed = false;
+  std::string_view bytes() const { return {static_cast<const char*>(payload.data()), payload.size()}; }
+};
+
+Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live)
+    : s_(s),
+      reg_(reg),
+      live_(live),
+      store_(s.data_dir, store::Db::Mode::kReadWrite, static_cast<int>(s.zstd_level)),
+      router_(ctx, zmq::socket_type::router),
+      pool_(std::make_unique<WorkerPool>(s.ingest_threads > 1 ? static_cast<std::size_t>(s.ingest_threads - 1)
+                                                              : 0)) {
+  router_.set(zmq::sockopt::linger, 1000);  // finite: shutdown never hangs on a vanished agent
+  // ZeroMQ drops a peer that sends a larger frame before allocating it; twice our own limit so that frames
+  // between the two are still received, answered with a reason and counted.
+  router_.set(zmq::sockopt::maxmsgsize, 2 * s.max_message_bytes);
+  // ROUTER silently drops what exceeds a peer's send high-water mark. One group can answer up to
+  // kGroupMessages messages of one peer at once, so the default (1000) could drop ACKs of a burst; 16 groups
+  // of slack keep every ACK for any peer that reads them, while a peer that never reads costs at most
+  // 16 Ki small ACKs of memory.
+  router_.set(zmq::sockopt::sndhwm, static_cast<int>(16 * kGroupMessages));
+  router_.bind(s.listen);
+}
+
+void Ingest::run(std::stop_token stop) {
+  // First pass right at start: bounds changed in the config apply at once, not 30 s later.
+  auto last_retention = std::chrono::steady_clock::now() - kRetentionEvery;
+  std::vector<Frame> group;
+  while (!stop.stop_requested()) {
+    zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 1, std::chrono::milliseconds(100));
+    group.clear();
+    std::size_t bytes = 0;
+    while (group.size() < kGroupMessages && bytes < kGroupBytes) {
+      Frame f;
+      if (!router_.recv(f.identity, zmq::recv_flags::dontwait)) break;
+      // A ROUTER message is identity + payload frames; read every frame so the next message starts clean.
+      while (router_.get(zmq::sockopt::rcvmore)) {
+        zmq::message_t part;
+        (void)router_.recv(part, zmq::recv_flags::none);
+        if (++f.parts == 1) f.payload = std::move(part);
+      }
+      bytes += f.payload.size();
+      group.push_back(std::move(f));
+    }
+    if (!group.empty()) process(group);
+    if (std::chrono::steady_clock::now() - last_retention >= kRetentionEvery) {
+      last_retention = std::chrono::steady_clock::now();
+      retention();
+    }
+  }
+}
+
+void Ingest::process(std::vector<Frame>& group) {
+  static RateLimitedLog reject_log(kRejectLogPerSecond);
+  const uint64_t now = now_unix_ns();
+  wire::DecodeLimits limits;
+  limits.max_message_bytes = static_cast<std::size_t>(s_.max_message_bytes);
+
+  struct Reply {
+    zmq::message_t* identity;
+    std::string ack;
+    bool needs_commit;  // only sent if the transaction committed
+  };
+  struct Applied {  // registry/analysis updates that wait for the commit
+    std::optional<Hello> hello;
+    std::string seen_node;  // a batch or heartbeat from this known node
+    uint64_t sent_ns = 0;
+    Counters counters;
+    uint64_t records = 0;           // newly stored records
+    std::vector<Flowlet> flowlets;  // of a newly stored batch, for the live analysis
+    bool heartbeat = false;
+    bool fresh = false;  // a batch stored now (not a duplicate)
+  };
+  std::vector<Reply> replies;
+  std::vector<Applied> applied;
+  std::set<std::pair<std::string, uint64_t>> hello_here;  // registered earlier in this same group
+  uint64_t dups = 0, unknown = 0, group_bytes = 0;
+
+  auto reject = [&](Frame& f, const std::string& reason, uint64_t epoch = 0, uint64_t seq = 0) {
+    reg_.count_reject(reason);
+    reject_log.log("rejected a message (" + std::to_string(f.payload.size()) + " bytes): " + reason);
+    replies.push_back({&f.identity, wire::encode(Ack{epoch, seq, AckStatus::kRejected, reason, now}), false});
+  };
+  auto known = [&](const std::string& node, uint64_t epoch) {
+    return hello_here.count({node, epoch}) || reg_.known(node, epoch);
+  };
+
+  // Decode and compress every message in parallel (pure per-message work); the rest stays in order.
+  pool_->parallel_for(group.size(), [&](std::size_t i) {
+    Frame& f = group[i];
+    if (f.parts != 1) return;
+    f.decoded = wire::decode(f.bytes(), limits);
+    if (f.decoded && f.decoded.message->type == MsgType::kBatch)
+      f.compress_failed =
+          !store::zstd_compress_into(f.bytes(), static_cast<int>(s_.zstd_level), f.compressed);
+  });
+
+  bool committed = false;
+  try {
+    store::Transaction tx(store_.db());
+    for (auto& f : group) {
+      if (f.parts != 1) {
+        reject(f, "expected one payload frame, got " + std::to_string(f.parts));
+        continue;
+      }
+      auto& d = f.decoded;
+      if (!d) {
+        reject(f, d.error);
+        continue;
+      }
+      switch (d.message->type) {
+        case MsgType::kHello: {
+          auto& h = std::get<Hello>(d.message->body);
+          store_.register_node(h, now);
+          hello_here.emplace(h.node, h.epoch);
+          replies.push_back(
+              {&f.identity, wire::encode(Ack{h.epoch, 0, AckStatus::kHelloOk, "", now_unix_ns()}), true});
+          applied.push_back({});
+          applied.back().hello = std::move(h);
+          break;
+        }
+        case MsgType::kBatch: {
+          auto& b = std::get<Batch>(d.message->body);
+          if (!known(b.node, b.epoch)) {
+            unknown++;
+            replies.push_back({&f.identity,
+                               wire::encode(Ack{b.epoch, b.seq, AckStatus::kUnknownNode,
+                                                "unknown node '" + b.node + "' epoch " +
+                                                    std::to_string(b.epoch) + ": send HELLO, then resend",
+                                                now}),
+                               false});
+            break;
+          }
+          if (f.compress_failed) throw store::SqliteError("zstd compression failed");
+          bool fresh = store_.insert_compressed(b, f.compressed, f.payload.size(), now);
+          uint64_t records = fresh ? store::span_of(b).records : 0;
+          store_.touch_node(b.node, now, records, &b.counters, std::nullopt);
+          if (!fresh) dups++;
+          if (fresh) group_bytes += f.compressed.size();
+          replies.push_back({&f.identity,
+                             wire::encode(Ack{b.epoch, b.seq, fresh ? AckStatus::kOk : AckStatus::kDuplicate,
+                                              "", now_unix_ns()}),
+                             true});
+          Applied a;
+          a.seen_node = b.node;
+          a.sent_ns = b.sent_ns;
+          a.counters = std::move(b.counters);
+          a.records = records;
+          a.fresh = fresh;
+          if (fresh) a.flowlets = std::move(b.flowlets);
+          applied.push_back(std::move(a));
+          break;
+        }
+        case MsgType::kHeartbeat: {
+          auto& h = std::get<Heartbeat>(d.message->body);
+          if (!known(h.node, h.epoch)) {
+            // Heartbeats carry no seq; seq 0 with kUnknownNode only makes the agent introduce itself again.
+            unknown++;
+            replies.push_back({&f.identity,
+                               wire::encode(Ack{h.epoch, 0, AckStatus::kUnknownNode,
+                                                "unknown node '" + h.node + "': send HELLO", now}),
+                               false});
+            break;
+          }
+          store_.touch_node(h.node, now, 0, &h.counters, std::nullopt);
+          applied.emplace_back();
+          applied.back().seen_node = h.node;
+          applied.back().sent_ns = h.sent_ns;
+          applied.back().counters = std::move(h.counters);
+          applied.back().heartbeat = true;
+          break;
+        }
+        case MsgType::kAck:
+          reject(f, "unexpected message type ack from an agent");
+          break;
+      }
+    }
+    tx.commit();
+    committed = true;
+  } catch (const std::exception& e) {
+    // Nothing of this group is stored: no ACK goes out, so the agents resend (their batches wait for ACKs).
+    reg_.with_counters([](IngestCounters& c) { c.commit_failures++; });
+    log_line(std::string("store commit failed, ") + std::to_string(group.size()) +
+             " messages left unacknowledged: " + e.what());
+  }
+
+  uint64_t stored = 0, records = 0;
+  if (committed) {
+    for (auto& a : applied) {
+      if (a.hello) {
+        reg_.on_hello(*a.hello, now);
+        log_line("agent '" + a.hello->node + "' registered (epoch " + std::to_string(a.hello->epoch) +
+                 ", version " + a.hello->agent_version + ")");
+      } else {
+        reg_.on_seen(a.seen_node, a.sent_ns, now, &a.counters, a.records);
+        if (a.heartbeat) continue;
+        if (a.fresh) stored++;
+        records += a.records;
+        if (!a.flowlets.empty()) live_.feed(a.seen_node, std::move(a.flowlets));
+      }
+    }
+  }
+  reg_.with_counters([&](IngestCounters& c) {
+    c.messages += group.size();
+    c.batches_stored += stored;
+    c.records_stored += records;
+    c.store_batches += stored;
+    c.store_bytes += committed ? group_bytes : 0;
+    c.duplicates += committed ? dups : 0;
+    c.unknown_node += unknown;
+    for (auto& a : applied)
+      if (a.heartbeat && committed) c.heartbeats++;
+  });
+  for (auto& r : replies) {
+    if (r.needs_commit && !committed) continue;
+    zmq::message_t id;
+    id.copy(*r.identity);
+    // A vanished peer makes these sends fail or drop (ROUTER discards what it cannot route); the agent then
+    // resends and gets kDuplicate, so nothing is lost.
+    if (!router_.send(id, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) continue;
+    (void)router_.send(zmq::buffer(r.ack), zmq::send_flags::dontwait);
+  }
+}
+
+void Ingest::retention() {
+  try {
+    uint64_t min_last = 0;
+    if (s_.retention_age_s > 0) {
+      uint64_t age = static_cast<uint64_t>(s_.retention_age_s) * 1000000000ull;
+      uint64_t now = now_unix_ns();
+      min_last = now > age ? now - age : 0;
+    }
+    uint64_t current = 0;
+    reg_.with_counters([&](IngestCounters& c) { current = c.store_bytes; });
+    auto r = store_.apply_retention(min_last, static_cast<uint64_t>(s_.retention_bytes), current);
+    if (r.deleted_batches > 0) {
+      reg_.with_counters([&](IngestCounters& c) {
+        c.retention_deleted += r.deleted_batches;
+        c.store_batches -= std::min(c.store_batches, r.deleted_batches);
+        c.store_bytes = r.stored_bytes;
+      });
+      log_line("retention deleted " + std::to_string(r.deleted_batches) + " batches; " +
+               std::to_string(r.stored_bytes) + " compressed bytes remain");
+    }
+  } catch (const std::exception& e) {
+    log_line(std::string("retention failed (will retry): ") + e.what());
+  }
+}
+
+}  // namespace netprism::daemon

@@ -1,0 +1,177 @@
+#include "query_server.hpp"
+
+#include <chrono>
+
+#include "log.hpp"
+
+namespace netprism::daemon {
+
+namespace {
+// Largest request we parse: requests are a command and a few arguments.
+constexpr std::size_t kMaxRequestBytes = 64 * 1024;
+// A `dump` page carries at most this much stored data, so one reply stays a modest message.
+constexpr std::size_t kDumpPageBytes = 8u << 20;
+
+struct NotFound : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+struct BadRequest : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+uint64_t u64_arg(const nlohmann::json& req, const char* key, uint64_t def) {
+  auto it = req.find(key);
+  if (it == req.end() || it->is_null()) return def;
+  if (!it->is_number_unsigned())
+    throw BadRequest(std::string("'") + key + "' must be a non-negative integer");
+  return it->get<uint64_t>();
+}
+
+std::string base64(std::string_view in) {
+  static constexpr char kTab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  std::size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
+    for (int k = 3; k >= 0; --k) out += kTab[(v >> (6 * k)) & 63];
+  }
+  if (i < in.size()) {
+    uint32_t v = uint8_t(in[i]) << 16;
+    if (i + 1 < in.size()) v |= uint8_t(in[i + 1]) << 8;
+    out += kTab[(v >> 18) & 63];
+    out += kTab[(v >> 12) & 63];
+    out += i + 1 < in.size() ? kTab[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+}  // namespace
+
+QueryServer::QueryServer(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live,
+                         store::OwnTraffic own)
+    : s_(s), reg_(reg), live_(live), own_(std::move(own)), rep_(ctx, zmq::socket_type::rep) {
+  rep_.set(zmq::sockopt::linger, 0);
+  rep_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxRequestBytes));
+  // A client that vanished mid-reply must not block the endpoint: give up sending after 5 s.
+  rep_.set(zmq::sockopt::sndtimeo, 5000);
+  rep_.bind(s.query);
+}
+
+nlohmann::json QueryServer::handle(const nlohmann::json& req) {
+  if (!req.is_object() || !req.contains("cmd") || !req["cmd"].is_string())
+    throw BadRequest("request must be a JSON object with a string 'cmd'");
+  const std::string cmd = req["cmd"];
+  if (!reader_) reader_ = std::make_unique<store::Store>(s_.data_dir, store::Db::Mode::kReadOnly);
+  const uint64_t now = now_unix_ns();
+
+  if (cmd == "status") {
+    auto st = reg_.status(now, static_cast<uint64_t>(s_.connected_timeout_s) * 1000000000ull);
+    auto snap = live_.latest();
+    st["analysis"] = {{"last_run_ns", snap->computed_ns},
+                      {"took_ms", snap->took_ns / 1e6},
+                      {"window_events", snap->events},
+                      {"jobs", snap->jobs.size()},
+                      {"dropped_events", live_.dropped()}};
+    st["connected_timeout_s"] = s_.connected_timeout_s;
+    return st;
+  }
+  if (cmd == "flows") {
+    store::FlowQuery q;
+    if (auto it = req.find("node"); it != req.end() && !it->is_null()) {
+      if (!it->is_string()) throw BadRequest("'node' must be a string");
+      q.node = it->get<std::string>();
+    }
+    q.since = u64_arg(req, "since", 0);
+    q.until = u64_arg(req, "until", UINT64_MAX);
+    q.limit = u64_arg(req, "limit", 0);
+    return store::query_flows(*reader_, q, own_);
+  }
+  auto snap = live_.latest();
+  if (cmd == "jobs") {
+    auto jobs = nlohmann::json::array();
+    for (const auto& j : snap->jobs) jobs.push_back(analysis::job_summary(j));
+    return {{"jobs", jobs}, {"analysed_ns", snap->computed_ns}};
+  }
+  if (cmd == "job" || cmd == "timeline" || cmd == "diagnose" || cmd == "perfetto") {
+    if (!req.contains("id") || !req["id"].is_string()) throw BadRequest("'id' must be a string");
+    const std::string id = req["id"];
+    const auto* j = snap->find(id);
+    if (!j) throw NotFound("no job '" + id + "' (see `netprism jobs`)");
+    if (cmd == "job") return analysis::job_detail(*j);
+    if (cmd == "timeline") return analysis::timeline(*j);
+    if (cmd == "diagnose") return analysis::diagnosis(*j);
+    return analysis::perfetto(*j);
+  }
+  if (cmd == "dump") {  // pages of raw stored batches plus registrations, for `netprism record`
+    int64_t after = static_cast<int64_t>(u64_arg(req, "after_id", 0));
+    auto rows = reader_->raw_batches(after, u64_arg(req, "since", 0), u64_arg(req, "until", UINT64_MAX),
+                                     kDumpPageBytes);
+    auto out = nlohmann::json::array();
+    for (const auto& r : rows)
+      out.push_back({{"id", r.id},
+                     {"node", r.node},
+                     {"epoch", r.epoch},
+                     {"seq", r.seq},
+                     {"received_ns", r.received_ns},
+                     {"first_ns", r.first_ns},
+                     {"last_ns", r.last_ns},
+                     {"records", r.records},
+                     {"raw_bytes", r.raw_bytes},
+                     {"data", base64(r.data)}});
+    nlohmann::json res = {{"batches", out}, {"done", rows.empty()}};
+    if (after == 0) {
+      auto nodes = nlohmann::json::array();
+      for (const auto& n : reader_->nodes()) {
+        nlohmann::json ifs = nlohmann::json::array();
+        for (const auto& i : n.hello.interfaces)
+          ifs.push_back({{"name", i.name}, {"ifindex", i.ifindex}, {"addrs", i.addrs}});
+        nodes.push_back({{"node", n.node},
+                         {"epoch", n.epoch},
+                         {"agent_version", n.hello.agent_version},
+                         {"interfaces", ifs},
+                         {"registered_ns", n.registered_ns},
+                         {"last_seen_ns", n.last_seen_ns},
+                         {"records", n.records}});
+      }
+      res["nodes"] = nodes;
+      res["own_ports"] = own_.ports;
+    }
+    return res;
+  }
+  throw BadRequest("unknown command '" + cmd + "'");
+}
+
+void QueryServer::run(std::stop_token stop) {
+  while (!stop.stop_requested()) {
+    zmq::pollitem_t items[] = {{rep_.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, 1, std::chrono::milliseconds(100));
+    if (!(items[0].revents & ZMQ_POLLIN)) continue;
+    zmq::message_t msg;
+    if (!rep_.recv(msg, zmq::recv_flags::dontwait)) continue;
+    // REP needs exactly one reply per request; a multipart request gets its frames joined for parsing.
+    std::string text = msg.to_string();
+    while (rep_.get(zmq::sockopt::rcvmore)) {
+      zmq::message_t more;
+      (void)rep_.recv(more, zmq::recv_flags::none);
+      if (text.size() < kMaxRequestBytes) text += more.to_string();
+    }
+    nlohmann::json reply;
+    try {
+      auto req = nlohmann::json::parse(text, nullptr, false);
+      if (req.is_discarded()) throw BadRequest("request is not valid JSON");
+      reply = {{"ok", true}, {"result", handle(req)}};
+    } catch (const NotFound& e) {
+      reply = {{"ok", false}, {"error", e.what()}, {"not_found", true}};
+    } catch (const BadRequest& e) {
+      reply = {{"ok", false}, {"error", e.what()}, {"bad_request", true}};
+    } catch (const std::exception& e) {
+      log_line(std::string("query failed: ") + e.what());
+      reply = {{"ok", false}, {"error", std::string("aggregator error: ") + e.what()}};
+    }
+    auto out = reply.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    (void)rep_.send(zmq::buffer(out), zmq::send_flags::none);
+  }
+}
+
+}  // namespace netprism::daemon

@@ -1,0 +1,69 @@
+// What the ingest thread knows about agents and about its own health, shared with the query thread.
+// Registrations are loaded from the store at start (they persist across restarts); everything else here is
+// a live view the query thread reads under the mutex.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "store.hpp"
+
+namespace netprism::daemon {
+
+struct IngestCounters {
+  uint64_t messages = 0;
+  uint64_t hellos = 0;
+  uint64_t batches_stored = 0;
+  uint64_t duplicates = 0;
+  uint64_t unknown_node = 0;
+  uint64_t heartbeats = 0;
+  uint64_t rejected = 0;
+  uint64_t commit_failures = 0;
+  uint64_t records_stored = 0;
+  uint64_t retention_deleted = 0;
+  uint64_t store_batches = 0;  // running totals of the store (counted once at start, then kept up to date)
+  uint64_t store_bytes = 0;
+  std::map<std::string, uint64_t> rejected_by_reason;  // bounded: see Registry::count_reject
+};
+
+class Registry {
+ public:
+  void load(const std::vector<store::NodeRow>& rows,
+            const std::set<std::pair<std::string, uint64_t>>& epochs);
+
+  bool known(const std::string& node, uint64_t epoch) const;
+  void on_hello(const Hello& h, uint64_t now_ns);
+  // A message from the agent: updates last-seen, counters and the clock-offset estimate.
+  // Returns the current offset estimate (aggregator clock minus agent clock, upper bound).
+  int64_t on_seen(const std::string& node, uint64_t sent_ns, uint64_t now_ns, const Counters* counters,
+                  uint64_t add_records);
+  void count_reject(const std::string& reason);
+  template <class Fn>
+  void with_counters(Fn&& fn) {
+    std::lock_guard lk(mu_);
+    fn(counters_);
+  }
+
+  // `status` document. connected: seen within connected_timeout_ns.
+  nlohmann::json status(uint64_t now_ns, uint64_t connected_timeout_ns) const;
+  std::map<std::string, std::string> addr_nodes() const;
+
+ private:
+  struct Node {
+    store::NodeRow row;
+    std::deque<int64_t> offset_samples;
+  };
+  mutable std::mutex mu_;
+  std::map<std::string, Node> nodes_;
+  std::set<std::pair<std::string, uint64_t>> epochs_;
+  IngestCounters counters_;
+};
+
+}  // namespace netprism::daemon

@@ -1,0 +1,105 @@
+#include "settings.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "netprism/cli.hpp"
+#include "netprism/config.hpp"
+
+namespace netprism::daemon {
+
+namespace {
+constexpr const char* kDefaultConfig = "/etc/netprism/aggregator.toml";
+}
+
+std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
+  CLI::App app{"netprism-aggregator: stores agents' flow records and analyses training jobs",
+               "netprism-aggregator"};
+  cli::standard_flags(app);
+  struct Int {
+    const char* flag;
+    int64_t* v;
+    const char* help;
+  };
+  struct Str {
+    const char* flag;
+    std::string* v;
+    const char* help;
+  };
+  std::vector<Str> strs = {{"--listen", &s.listen, "agent ingest endpoint (ZeroMQ ROUTER)"},
+                           {"--query", &s.query, "query endpoint for the netprism CLI (ZeroMQ REP)"},
+                           {"--data-dir", &s.data_dir, "where the embedded store lives"}};
+  std::vector<Int> ints = {
+      {"--retention-age-s", &s.retention_age_s, "delete batches older than this (0: keep)"},
+      {"--retention-bytes", &s.retention_bytes, "keep at most this many compressed bytes (0: no bound)"},
+      {"--analysis-interval-ms", &s.analysis_interval_ms, "how often the live analysis runs"},
+      {"--analysis-window-s", &s.analysis_window_s, "recent window the live analysis looks at"},
+      {"--analysis-max-events", &s.analysis_max_events, "memory bound of the analysis window"},
+      {"--connected-timeout-s", &s.connected_timeout_s, "agent counts as connected if heard within this"},
+      {"--zstd-level", &s.zstd_level, "compression level of stored batches"},
+      {"--max-message-bytes", &s.max_message_bytes, "largest agent message accepted"},
+      {"--ingest-threads", &s.ingest_threads,
+       "threads decoding/compressing batches (0: one per core, max 4)"}};
+  std::vector<std::pair<CLI::Option*, std::function<bool(const config::Values&)>>> from_file;
+  config::Schema schema;
+  for (auto& o : strs) {
+    auto* opt = app.add_option(o.flag, *o.v, o.help)->capture_default_str();
+    std::string key = std::string(o.flag + 2);
+    std::replace(key.begin(), key.end(), '-', '_');
+    schema[key] = config::Type::kString;
+    from_file.emplace_back(opt, [key, v = o.v](const config::Values& vals) {
+      if (auto x = config::get<std::string>(vals, key)) *v = *x;
+      return true;
+    });
+  }
+  for (auto& o : ints) {
+    auto* opt = app.add_option(o.flag, *o.v, o.help)->capture_default_str();
+    if (std::string(o.flag) != "--zstd-level") opt->check(CLI::NonNegativeNumber);
+    std::string key = std::string(o.flag + 2);
+    std::replace(key.begin(), key.end(), '-', '_');
+    schema[key] = config::Type::kInteger;
+    from_file.emplace_back(opt, [key, v = o.v](const config::Values& vals) {
+      if (auto x = config::get<int64_t>(vals, key)) {
+        if (*x < 0 && key != "zstd_level") return false;
+        *v = *x;
+      }
+      return true;
+    });
+  }
+  auto* cfg = app.add_option("--config", s.config,
+                             std::string("TOML config file (default ") + kDefaultConfig + " when it exists)");
+  if (auto rc = cli::parse(app, argc, argv)) return rc;
+
+  std::string path = s.config;
+  if (cfg->count() == 0 && ::access(kDefaultConfig, R_OK) == 0) path = kDefaultConfig;
+  if (!path.empty()) {
+    auto r = config::load_file(path, schema);
+    if (!r) {
+      std::cerr << "netprism-aggregator: " << r.error << "\n";
+      return cli::kExitError;
+    }
+    for (auto& [opt, apply] : from_file) {
+      if (opt->count() > 0) continue;  // the flag wins
+      if (!apply(r.values)) {
+        std::cerr << "netprism-aggregator: " << path << ": key '" << opt->get_name().substr(2)
+                  << "' must not be negative\n";
+        return cli::kExitError;
+      }
+    }
+  }
+  // Negative levels are zstd's fast modes (less compression, less CPU).
+  if (s.zstd_level < -7 || s.zstd_level > 19 || s.zstd_level == 0) {
+    std::cerr << "netprism-aggregator: --zstd-level must be -7..-1 or 1..19\n";
+    return cli::kExitUsage;
+  }
+  if (s.analysis_interval_ms == 0) s.analysis_interval_ms = 1;
+  if (s.ingest_threads == 0)
+    s.ingest_threads = std::clamp<int64_t>(static_cast<int64_t>(std::thread::hardware_concurrency()), 1, 4);
+  return std::nullopt;
+}
+
+}  // namespace netprism::daemon

@@ -1,0 +1,46 @@
+// netprism-aggregator's settings: command-line flags, each mirrored by a TOML key (flag name with '-' as
+// '_'); flags override the file (contracts.md).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace netprism::daemon {
+
+struct Settings {
+  std::string listen = "tcp://0.0.0.0:7470";
+  std::string query = "tcp://127.0.0.1:7471";
+  std::string data_dir = "/var/lib/netprism/aggregator";
+  // Retention: batches older than this (by the time they cover) are deleted. 7 days keeps a week of
+  // history for post-mortems of long pretraining runs; 0 disables.
+  int64_t retention_age_s = 7 * 24 * 3600;
+  // Compressed batch bytes kept at most; the oldest go first. 0 disables. 20 GiB is a few days of a
+  // 100-node cluster at the ~35 B/record measured by bench/ingest.
+  int64_t retention_bytes = 20LL << 30;
+  // How often the analysis runs; it also waits at least twice its own last run time, so it can never take
+  // more than a third of a core however large the window gets.
+  int64_t analysis_interval_ms = 1000;
+  // The recent window the live analysis looks at. 10 min holds hundreds of iterations of typical
+  // 0.1-10 s steps: enough for period detection and k-sigma baselines.
+  int64_t analysis_window_s = 600;
+  // Memory bound of that window (events are ~200 B in memory: 2M ~ 400 MB).
+  int64_t analysis_max_events = 2000000;
+  // An agent is "connected" if it was heard from within this time. Agents send a batch every ~100 ms while
+  // there is traffic and a heartbeat at least every few seconds otherwise; 15 s is three missed 5 s
+  // heartbeats, long enough not to flap on a busy host, short enough for an operator to notice.
+  int64_t connected_timeout_s = 15;
+  // zstd level of stored batches: 1 is the fastest level and already gets most of the gain on these
+  // records (repetitive addresses and ports).
+  int64_t zstd_level = 1;
+  int64_t max_message_bytes = 64LL << 20;  // the wire codec's own default limit
+  // Threads that decode and compress incoming batches (the ingest thread included); 0: one per core, at
+  // most 4 (beyond that the single SQLite writer is the limit).
+  int64_t ingest_threads = 0;
+  std::string config;
+};
+
+// Parses argv (and the config file); nullopt to go on, else the exit code to return.
+std::optional<int> parse_settings(int argc, char** argv, Settings& s);
+
+}  // namespace netprism::daemon

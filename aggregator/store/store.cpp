@@ -1,0 +1,388 @@
+#include "store.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "netprism/wire.hpp"
+#include "zstd_blob.hpp"
+
+namespace netprism::store {
+
+namespace {
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS nodes(
+  node TEXT PRIMARY KEY, epoch INTEGER NOT NULL, hello BLOB NOT NULL, registered_ns INTEGER NOT NULL,
+  last_seen_ns INTEGER NOT NULL, records INTEGER NOT NULL DEFAULT 0, counters TEXT NOT NULL DEFAULT '{}',
+  clock_offset_ns INTEGER);
+CREATE TABLE IF NOT EXISTS epochs(
+  node TEXT NOT NULL, epoch INTEGER NOT NULL, registered_ns INTEGER NOT NULL, PRIMARY KEY(node, epoch))
+  WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS batches(
+  id INTEGER PRIMARY KEY, node TEXT NOT NULL, epoch INTEGER NOT NULL, seq INTEGER NOT NULL,
+  received_ns INTEGER NOT NULL, first_ns INTEGER NOT NULL, last_ns INTEGER NOT NULL,
+  records INTEGER NOT NULL, raw_bytes INTEGER NOT NULL, data BLOB NOT NULL, UNIQUE(node, epoch, seq));
+CREATE INDEX IF NOT EXISTS batches_node_time ON batches(node, last_ns);
+CREATE INDEX IF NOT EXISTS batches_time ON batches(last_ns);
+CREATE TABLE IF NOT EXISTS jobs(
+  id TEXT PRIMARY KEY, state TEXT NOT NULL, nodes TEXT NOT NULL, step_time_ms REAL NOT NULL,
+  doc TEXT NOT NULL, updated_ns INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS iterations(
+  job TEXT NOT NULL, idx INTEGER NOT NULL, start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL,
+  duration_ns INTEGER NOT NULL, PRIMARY KEY(job, idx)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS findings(
+  job TEXT NOT NULL, kind TEXT NOT NULL, subject TEXT NOT NULL, first_iteration INTEGER NOT NULL,
+  start_ns INTEGER NOT NULL, severity REAL NOT NULL, evidence TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS findings_job ON findings(job);
+)sql";
+
+// The wire codec's own ceiling: nothing larger was ever accepted, so nothing larger is decompressed.
+const std::size_t kMaxStoredMessage = wire::DecodeLimits{}.max_message_bytes;
+
+bool is_dir(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+}  // namespace
+
+BatchSpan span_of(const Batch& b) {
+  BatchSpan s{std::numeric_limits<uint64_t>::max(), 0, 0};
+  auto add = [&](uint64_t first, uint64_t last) {
+    s.first_ns = std::min(s.first_ns, first);
+    s.last_ns = std::max(s.last_ns, last);
+  };
+  for (const auto& f : b.flowlets) add(f.first_ns, f.last_ns);
+  for (const auto& r : b.rdma_bursts) add(r.first_ns, r.last_ns);
+  for (const auto& r : b.rdma_samples) add(r.ts_ns, r.ts_ns);
+  s.records = b.flowlets.size() + b.rdma_bursts.size() + b.rdma_samples.size();
+  if (s.last_ns == 0) s.first_ns = s.last_ns = b.sent_ns;  // only counters/QPs: place it at send time
+  return s;
+}
+
+std::string Store::resolve(const std::string& path) {
+  return is_dir(path) ? path + "/" + kDbFile : path;
+}
+
+Store::Store(const std::string& path, Db::Mode mode, int zstd_level)
+    : db_(resolve(path), mode), zstd_level_(zstd_level) {
+  if (mode == Db::Mode::kReadWrite) {
+    // auto_vacuum must be chosen before the first table exists: it lets retention hand pages back to the
+    // file system (incremental_vacuum) instead of only reusing them.
+    db_.exec("PRAGMA auto_vacuum=INCREMENTAL");
+    db_.exec("PRAGMA journal_mode=WAL");
+    // FULL: the WAL is fsynced at every commit, so an ACK (sent after commit) survives power loss too, not
+    // only a crash of this process. Group commit keeps the cost to one fsync per drained burst.
+    db_.exec("PRAGMA synchronous=FULL");
+    create_schema();
+    ins_batch_ = db_.prepare(
+        "INSERT OR IGNORE INTO batches(node,epoch,seq,received_ns,first_ns,last_ns,records,raw_bytes,data) "
+        "VALUES(?,?,?,?,?,?,?,?,?)");
+    touch_ = db_.prepare(
+        "UPDATE nodes SET last_seen_ns=max(last_seen_ns,?2), records=records+?3, "
+        "clock_offset_ns=coalesce(?4,clock_offset_ns) WHERE node=?1");
+    touch_counters_ = db_.prepare("UPDATE nodes SET counters=?2 WHERE node=?1");
+  }
+}
+
+void Store::create_schema() {
+  db_.exec(kSchema);
+}
+
+void Store::register_node(const Hello& h, uint64_t now_ns) {
+  std::string wire_hello = wire::encode(h);
+  db_.prepare(
+         "INSERT INTO nodes(node,epoch,hello,registered_ns,last_seen_ns) VALUES(?1,?2,?3,?4,?4) "
+         "ON CONFLICT(node) DO UPDATE SET epoch=?2, hello=?3, registered_ns=?4, last_seen_ns=?4")
+      .bind(1, h.node)
+      .bind(2, h.epoch)
+      .bind_blob(3, wire_hello.data(), wire_hello.size())
+      .bind(4, now_ns)
+      .run();
+  db_.prepare("INSERT OR IGNORE INTO epochs(node,epoch,registered_ns) VALUES(?,?,?)")
+      .bind(1, h.node)
+      .bind(2, h.epoch)
+      .bind(3, now_ns)
+      .run();
+}
+
+bool Store::insert_batch(const Batch& b, std::string_view wire_bytes, uint64_t received_ns) {
+  std::string& z = zbuf_;
+  // Keep the buffer's capacity across batches: resize within capacity does not touch the allocator.
+  z.resize(z.capacity());
+  if (!zstd_compress_into(wire_bytes, zstd_level_, z)) throw SqliteError("zstd compression failed");
+  return insert_compressed(b, z, wire_bytes.size(), received_ns);
+}
+
+bool Store::insert_compressed(const Batch& b, std::string_view z, std::size_t raw_bytes,
+                              uint64_t received_ns) {
+  BatchSpan s = span_of(b);
+  ins_batch_.bind(1, b.node)
+      .bind(2, b.epoch)
+      .bind(3, b.seq)
+      .bind(4, received_ns)
+      .bind(5, s.first_ns)
+      .bind(6, s.last_ns)
+      .bind(7, s.records)
+      .bind(8, static_cast<uint64_t>(raw_bytes))
+      .bind_blob(9, z.data(), z.size());
+  ins_batch_.run();
+  return db_.changes() == 1;
+}
+
+void Store::touch_node(const std::string& node, uint64_t last_seen_ns, uint64_t add_records,
+                       const Counters* counters, std::optional<int64_t> clock_offset_ns) {
+  touch_.bind(1, node).bind(2, last_seen_ns).bind(3, add_records);
+  if (clock_offset_ns)
+    touch_.bind(4, *clock_offset_ns);
+  else
+    touch_.bind_null(4);
+  touch_.run();
+  if (counters) {
+    touch_counters_.bind(1, node).bind(2, nlohmann::json(*counters).dump());
+    touch_counters_.run();
+  }
+}
+
+RetentionResult Store::apply_retention(uint64_t min_last_ns, uint64_t max_bytes, uint64_t current_bytes) {
+  // Works from the caller's running total and the (last_ns) index only: no full-table scan, which would
+  // grow with the store (a 100-node cluster adds ~1000 batches/s).
+  RetentionResult r;
+  r.stored_bytes = current_bytes;
+  auto drop = [&](const char* where, uint64_t arg) {
+    Transaction tx(db_);
+    auto q = db_.prepare(std::string("SELECT coalesce(sum(length(data)),0), count(*) FROM batches WHERE ") +
+                         where);
+    q.bind(1, arg);
+    uint64_t bytes = 0, n = 0;
+    if (q.step()) {
+      bytes = static_cast<uint64_t>(q.i64(0));
+      n = static_cast<uint64_t>(q.i64(1));
+    }
+    q.reset();
+    if (n > 0) db_.prepare(std::string("DELETE FROM batches WHERE ") + where).bind(1, arg).run();
+    tx.commit();
+    r.deleted_batches += n;
+    r.stored_bytes -= std::min(r.stored_bytes, bytes);
+    return n;
+  };
+  if (min_last_ns > 0)
+    drop("last_ns < ?1", std::min<uint64_t>(min_last_ns, std::numeric_limits<int64_t>::max()));
+  // Size bound: the oldest batches (by time covered) go first, 256 per transaction so that ingest is never
+  // blocked for long.
+  while (max_bytes > 0 && r.stored_bytes > max_bytes) {
+    std::vector<int64_t> ids;
+    uint64_t freed = 0;
+    {
+      auto q = db_.prepare("SELECT id, length(data) FROM batches ORDER BY last_ns, id LIMIT 256");
+      while (r.stored_bytes - std::min(r.stored_bytes, freed) > max_bytes && q.step()) {
+        ids.push_back(q.i64(0));
+        freed += static_cast<uint64_t>(q.i64(1));
+      }
+    }
+    if (ids.empty()) break;
+    Transaction tx(db_);
+    auto del = db_.prepare("DELETE FROM batches WHERE id = ?");
+    for (auto id : ids) {
+      del.bind(1, id);
+      del.run();
+    }
+    tx.commit();
+    r.deleted_batches += ids.size();
+    r.stored_bytes -= std::min(r.stored_bytes, freed);
+  }
+  if (r.deleted_batches > 0) db_.exec("PRAGMA incremental_vacuum");
+  return r;
+}
+
+void Store::set_meta(const std::string& key, const std::string& value) {
+  db_.prepare("INSERT INTO meta(key,value) VALUES(?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value")
+      .bind(1, key)
+      .bind(2, value)
+      .run();
+}
+
+void Store::save_job(const nlohmann::json& doc, uint64_t now_ns) {
+  const std::string id = doc.value("id", "");
+  Transaction tx(db_);
+  db_.prepare(
+         "INSERT INTO jobs(id,state,nodes,step_time_ms,doc,updated_ns) VALUES(?1,?2,?3,?4,?5,?6) "
+         "ON CONFLICT(id) DO UPDATE SET state=?2,nodes=?3,step_time_ms=?4,doc=?5,updated_ns=?6")
+      .bind(1, id)
+      .bind(2, doc.value("state", ""))
+      .bind(3, doc.value("nodes", nlohmann::json::array()).dump())
+      .bind(4, doc.value("step_time_ms", 0.0))
+      .bind(5, doc.dump())
+      .bind(6, now_ns)
+      .run();
+  db_.prepare("DELETE FROM iterations WHERE job=?").bind(1, id).run();
+  db_.prepare("DELETE FROM findings WHERE job=?").bind(1, id).run();
+  auto it = db_.prepare("INSERT INTO iterations(job,idx,start_ns,end_ns,duration_ns) VALUES(?,?,?,?,?)");
+  for (const auto& i : doc.value("iterations", nlohmann::json::array())) {
+    it.bind(1, id)
+        .bind(2, i.value("index", int64_t{0}))
+        .bind(3, i.value("start_ns", uint64_t{0}))
+        .bind(4, i.value("end_ns", uint64_t{0}))
+        .bind(5, i.value("duration_ns", uint64_t{0}));
+    it.run();
+  }
+  auto f = db_.prepare(
+      "INSERT INTO findings(job,kind,subject,first_iteration,start_ns,severity,evidence) "
+      "VALUES(?,?,?,?,?,?,?)");
+  for (const auto& x : doc.value("findings", nlohmann::json::array())) {
+    f.bind(1, id)
+        .bind(2, x.value("kind", ""))
+        .bind(3, x.value("subject", ""))
+        .bind(4, x.value("first_iteration", int64_t{0}))
+        .bind(5, x.value("start_ns", uint64_t{0}))
+        .bind(6, x.value("severity", 0.0))
+        .bind(7, x.value("evidence", ""));
+    f.run();
+  }
+  tx.commit();
+}
+
+void Store::delete_job(const std::string& id) {
+  Transaction tx(db_);
+  for (const char* t : {"jobs WHERE id=?", "iterations WHERE job=?", "findings WHERE job=?"})
+    db_.prepare(std::string("DELETE FROM ") + t).bind(1, id).run();
+  tx.commit();
+}
+
+std::vector<NodeRow> Store::nodes() {
+  std::vector<NodeRow> out;
+  auto s = db_.prepare(
+      "SELECT node,epoch,hello,registered_ns,last_seen_ns,records,counters,clock_offset_ns FROM nodes "
+      "ORDER BY node");
+  while (s.step()) {
+    NodeRow n;
+    n.node = s.text(0);
+    n.epoch = static_cast<uint64_t>(s.i64(1));
+    if (auto d = wire::decode(s.blob(2)); d && d.message->type == MsgType::kHello)
+      n.hello = std::get<Hello>(d.message->body);
+    n.hello.node = n.node;
+    n.registered_ns = static_cast<uint64_t>(s.i64(3));
+    n.last_seen_ns = static_cast<uint64_t>(s.i64(4));
+    n.records = static_cast<uint64_t>(s.i64(5));
+    auto c = nlohmann::json::parse(s.text(6), nullptr, false);
+    if (c.is_object())
+      for (auto& [k, v] : c.items())
+        if (v.is_number_unsigned()) n.counters[k] = v.get<uint64_t>();
+    if (!s.is_null(7)) n.clock_offset_ns = s.i64(7);
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+std::set<std::pair<std::string, uint64_t>> Store::epochs() {
+  std::set<std::pair<std::string, uint64_t>> out;
+  auto s = db_.prepare("SELECT node,epoch FROM epochs");
+  while (s.step()) out.emplace(s.text(0), static_cast<uint64_t>(s.i64(1)));
+  return out;
+}
+
+std::optional<std::string> Store::meta(const std::string& key) {
+  auto s = db_.prepare("SELECT value FROM meta WHERE key=?");
+  s.bind(1, key);
+  if (s.step()) return s.text(0);
+  return std::nullopt;
+}
+
+uint64_t Store::stored_bytes() {
+  auto s = db_.prepare("SELECT coalesce(sum(length(data)),0) FROM batches");
+  return s.step() ? static_cast<uint64_t>(s.i64(0)) : 0;
+}
+
+uint64_t Store::batch_count() {
+  auto s = db_.prepare("SELECT count(*) FROM batches");
+  return s.step() ? static_cast<uint64_t>(s.i64(0)) : 0;
+}
+
+std::vector<nlohmann::json> Store::jobs() {
+  std::vector<nlohmann::json> out;
+  auto s = db_.prepare("SELECT doc FROM jobs ORDER BY id");
+  while (s.step()) {
+    auto j = nlohmann::json::parse(s.text(0), nullptr, false);
+    if (j.is_object()) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+void Store::scan_batches(const std::optional<std::string>& node, uint64_t since, uint64_t until,
+                         const std::function<void(const Batch&, uint64_t)>& fn,
+                         const std::function<void(const std::string&)>& on_error) {
+  // Batches are short (the agent cuts them every ~100 ms), so "last_ns >= since AND first_ns <= until" on
+  // the (node, last_ns) / (last_ns) indexes touches only rows near the range.
+  std::string sql = "SELECT data,received_ns,id FROM batches WHERE last_ns >= ?1 AND first_ns <= ?2";
+  if (node) sql += " AND node = ?3";
+  sql += " ORDER BY first_ns, id";
+  auto s = db_.prepare(sql);
+  s.bind(1, std::min<uint64_t>(since, std::numeric_limits<int64_t>::max()))
+      .bind(2, std::min<uint64_t>(until, std::numeric_limits<int64_t>::max()));
+  if (node) s.bind(3, *node);
+  while (s.step()) {
+    std::string err;
+    auto raw = zstd_decompress(s.blob(0), kMaxStoredMessage, err);
+    if (raw) {
+      auto d = wire::decode(*raw);
+      if (d && d.message->type == MsgType::kBatch) {
+        fn(std::get<Batch>(d.message->body), static_cast<uint64_t>(s.i64(1)));
+        continue;
+      }
+      err = d ? "stored row is not a batch" : d.error;
+    }
+    if (on_error) on_error("batch row " + std::to_string(s.i64(2)) + ": " + err);
+  }
+}
+
+std::vector<Store::RawRow> Store::raw_batches(int64_t after_id, uint64_t since, uint64_t until,
+                                              std::size_t max_bytes) {
+  std::vector<RawRow> out;
+  auto s = db_.prepare(
+      "SELECT id,node,epoch,seq,received_ns,first_ns,last_ns,records,raw_bytes,data FROM batches "
+      "WHERE id > ?1 AND last_ns >= ?2 AND first_ns <= ?3 ORDER BY id");
+  s.bind(1, after_id)
+      .bind(2, std::min<uint64_t>(since, std::numeric_limits<int64_t>::max()))
+      .bind(3, std::min<uint64_t>(until, std::numeric_limits<int64_t>::max()));
+  std::size_t total = 0;
+  while (s.step()) {
+    RawRow r{s.i64(0),
+             s.text(1),
+             static_cast<uint64_t>(s.i64(2)),
+             static_cast<uint64_t>(s.i64(3)),
+             static_cast<uint64_t>(s.i64(4)),
+             static_cast<uint64_t>(s.i64(5)),
+             static_cast<uint64_t>(s.i64(6)),
+             static_cast<uint64_t>(s.i64(7)),
+             static_cast<uint64_t>(s.i64(8)),
+             std::string(s.blob(9))};
+    total += r.data.size();
+    out.push_back(std::move(r));
+    if (total >= max_bytes) break;
+  }
+  return out;
+}
+
+void Store::insert_raw(const RawRow& r) {
+  db_.prepare(
+         "INSERT OR IGNORE INTO batches(node,epoch,seq,received_ns,first_ns,last_ns,records,raw_bytes,data) "
+         "VALUES(?,?,?,?,?,?,?,?,?)")
+      .bind(1, r.node)
+      .bind(2, r.epoch)
+      .bind(3, r.seq)
+      .bind(4, r.received_ns)
+      .bind(5, r.first_ns)
+      .bind(6, r.last_ns)
+      .bind(7, r.records)
+      .bind(8, r.raw_bytes)
+      .bind_blob(9, r.data.data(), r.data.size())
+      .run();
+}
+
+void Store::put_node_row(const NodeRow& n) {
+  register_node(n.hello, n.registered_ns);
+  touch_node(n.node, n.last_seen_ns, n.records, &n.counters, n.clock_offset_ns);
+}
+
+}  // namespace netprism::store

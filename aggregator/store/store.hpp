@@ -1,0 +1,111 @@
+// The aggregator's embedded store: one SQLite database in WAL mode under --data-dir.
+//
+// Tables: `batches` holds every acknowledged batch as its zstd-compressed wire message, indexed by (node,
+// time) and unique on (node, epoch, seq) -- the duplicate check and the durability point are one INSERT in
+// the same transaction as the node's counters. `nodes`/`epochs` hold registrations (reloaded on restart);
+// `jobs`/`iterations`/`findings` hold the analysis' latest results; `meta` holds small settings (the ports
+// whose traffic is netprism's own, so offline analysis can exclude it too).
+//
+// One writer (the ingest thread) and any number of readers (query thread, analysis, the CLI offline) each
+// use their own Store object/connection; WAL lets readers run while the writer commits.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "netprism/records.hpp"
+#include "sqlite.hpp"
+
+namespace netprism::store {
+
+inline constexpr const char* kDbFile = "netprism.db";
+
+struct NodeRow {
+  std::string node;
+  uint64_t epoch = 0;
+  Hello hello;  // latest HELLO (interfaces, clock)
+  uint64_t registered_ns = 0;
+  uint64_t last_seen_ns = 0;
+  uint64_t records = 0;
+  Counters counters;  // latest agent counters (from a batch or heartbeat)
+  std::optional<int64_t> clock_offset_ns;
+};
+
+// Per-batch summary computed at ingest: the time span it covers and how many records it holds.
+struct BatchSpan {
+  uint64_t first_ns = 0;
+  uint64_t last_ns = 0;
+  uint64_t records = 0;
+};
+BatchSpan span_of(const Batch& b);
+
+struct RetentionResult {
+  uint64_t deleted_batches = 0;
+  uint64_t stored_bytes = 0;  // compressed bytes of the batches left
+};
+
+class Store {
+ public:
+  // path: a data directory (the database file inside is created) or a database file itself (read-only
+  // opening of recordings). zstd_level only matters for writers.
+  Store(const std::string& path, Db::Mode mode, int zstd_level = 1);
+
+  static std::string resolve(const std::string& path);  // data dir -> its database file
+
+  Db& db() { return db_; }
+
+  // ---- writes (one writer at a time; wrap in a Transaction for group commit) ----
+  void register_node(const Hello& h, uint64_t now_ns);
+  // Stores the batch (wire = the exact message bytes received). false: (node, epoch, seq) already stored.
+  bool insert_batch(const Batch& b, std::string_view wire, uint64_t received_ns);
+  // Same, with the wire bytes already zstd-compressed (ingest compresses in parallel).
+  bool insert_compressed(const Batch& b, std::string_view zstd_wire, std::size_t raw_bytes,
+                         uint64_t received_ns);
+  void touch_node(const std::string& node, uint64_t last_seen_ns, uint64_t add_records,
+                  const Counters* counters, std::optional<int64_t> clock_offset_ns);
+  // current_bytes: the compressed bytes stored now (the caller's running total); min_last_ns 0 / max_bytes 0
+  // disable that bound.
+  RetentionResult apply_retention(uint64_t min_last_ns, uint64_t max_bytes, uint64_t current_bytes);
+  void set_meta(const std::string& key, const std::string& value);
+  void save_job(const nlohmann::json& full_doc, uint64_t now_ns);
+  void delete_job(const std::string& id);
+
+  // ---- reads ----
+  std::vector<NodeRow> nodes();
+  std::set<std::pair<std::string, uint64_t>> epochs();
+  std::optional<std::string> meta(const std::string& key);
+  uint64_t stored_bytes();  // full scan: at start-up only
+  uint64_t batch_count();   // full scan: at start-up only
+  std::vector<nlohmann::json> jobs();
+  // Decodes every stored batch overlapping [since, until] (optionally of one node), oldest first. Corrupt
+  // rows are reported through on_error and skipped (the rest of the store stays readable).
+  void scan_batches(const std::optional<std::string>& node, uint64_t since, uint64_t until,
+                    const std::function<void(const Batch&, uint64_t received_ns)>& fn,
+                    const std::function<void(const std::string&)>& on_error = {});
+  // Raw rows (for `netprism record`): id > after_id, at most max_bytes of payload (at least one row).
+  struct RawRow {
+    int64_t id;
+    std::string node;
+    uint64_t epoch, seq, received_ns, first_ns, last_ns, records, raw_bytes;
+    std::string data;  // compressed
+  };
+  std::vector<RawRow> raw_batches(int64_t after_id, uint64_t since, uint64_t until, std::size_t max_bytes);
+  void insert_raw(const RawRow& r);  // copy a row verbatim (recordings)
+  void put_node_row(const NodeRow& n);
+
+ private:
+  void create_schema();
+  Db db_;
+  int zstd_level_;
+  Stmt ins_batch_, touch_, touch_counters_;
+  std::string zbuf_;  // compression buffer reused across batches
+};
+
+}  // namespace netprism::store

@@ -1,0 +1,237 @@
+// bench/ingest: durable ingest records/s from N concurrent senders on loopback, against raw ZeroMQ moving
+// the same bytes in the same run, and bytes stored per record.
+//
+// Both runs send the same pre-encoded batch messages from N DEALER threads, each keeping up to `window`
+// batches in flight and waiting for one reply per batch:
+//   baseline: an in-process ROUTER that receives each message and answers a fixed 20-byte reply (no decode,
+//             no storage) -- what ZeroMQ alone costs to move these bytes with the same request/ACK pattern;
+//   durable:  the real netprism-aggregator (separate process): decode with limits, zstd, SQLite WAL commit
+//             with fsync (synchronous=FULL), then ACK.
+// Records are realistic flowlets: a 64-node cluster's addresses, training ports, increasing times.
+#include <sqlite3.h>
+
+#include <atomic>
+#include <filesystem>
+#include <iostream>
+#include <random>
+
+#include "test_sender.hpp"
+
+using namespace netprism;
+using namespace netprism::test;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Params {
+  int senders = 8;
+  int batches = 400;   // per sender
+  int records = 256;   // flowlets per batch
+  int window = 16;     // batches in flight per sender
+  int skip_raw = 0;    // profiling aid: only the durable run
+  int zstd_level = 1;  // passed to the aggregator
+};
+
+std::vector<std::vector<std::string>> make_batches(const Params& p, uint64_t epoch) {
+  std::mt19937_64 rng(42);
+  std::vector<std::vector<std::string>> out(p.senders);
+  uint64_t t = unix_ns() - 3600ull * 1000000000ull;
+  for (int s = 0; s < p.senders; ++s) {
+    std::string self = "10.213.9." + std::to_string(s + 1);
+    for (int b = 0; b < p.batches; ++b) {
+      Batch batch;
+      batch.node = "bench" + std::to_string(s);
+      batch.epoch = epoch;
+      batch.seq = static_cast<uint64_t>(b);
+      batch.sent_ns = unix_ns();
+      for (int r = 0; r < p.records; ++r) {
+        std::string peer = "10.213.9." + std::to_string(rng() % 64 + 1);
+        uint64_t first = t + static_cast<uint64_t>(b) * 100000000ull + rng() % 100000000ull;
+        uint64_t pk = 1 + rng() % 2000;
+        batch.flowlets.push_back(make_flowlet(self, peer, static_cast<uint16_t>(40000 + rng() % 64), 29500,
+                                              first, first + rng() % 5000000, pk * 1500, pk,
+                                              static_cast<uint8_t>(rng() % 2)));
+      }
+      batch.counters = {{"captured", static_cast<uint64_t>(b) * p.records},
+                        {"shipped", static_cast<uint64_t>(b)}};
+      out[s].push_back(wire::encode(batch));
+    }
+  }
+  return out;
+}
+
+// Sends every message of one sender with a bounded window, waiting for one reply each. Returns replies seen.
+uint64_t pump(zmq::socket_t& sock, const std::vector<std::string>& msgs, int window,
+              const std::function<bool(const zmq::message_t&)>& ok) {
+  std::size_t next = 0;
+  uint64_t acked = 0, in_flight = 0, good = 0;
+  while (acked < msgs.size()) {
+    while (in_flight < static_cast<uint64_t>(window) && next < msgs.size()) {
+      (void)sock.send(zmq::buffer(msgs[next++]), zmq::send_flags::none);
+      in_flight++;
+    }
+    zmq::message_t m;
+    if (!sock.recv(m)) break;  // rcvtimeo: something is wrong, stop
+    acked++;
+    in_flight--;
+    if (ok(m)) good++;
+  }
+  return good;
+}
+
+double run_raw(const Params& p, const std::vector<std::vector<std::string>>& msgs) {
+  zmq::context_t ctx(2);
+  zmq::socket_t router(ctx, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  int port = free_port();
+  std::string ep = "tcp://127.0.0.1:" + std::to_string(port);
+  router.bind(ep);
+  std::atomic<bool> stop{false};
+  std::thread server([&] {
+    const std::string reply(20, 'a');
+    zmq::pollitem_t it[] = {{router.handle(), 0, ZMQ_POLLIN, 0}};
+    while (!stop) {
+      if (zmq::poll(it, 1, std::chrono::milliseconds(50)) <= 0) continue;
+      while (true) {
+        zmq::message_t id, body;
+        if (!router.recv(id, zmq::recv_flags::dontwait)) break;
+        (void)router.recv(body);
+        (void)router.send(id, zmq::send_flags::sndmore);
+        (void)router.send(zmq::buffer(reply), zmq::send_flags::none);
+      }
+    }
+  });
+  std::vector<std::unique_ptr<zmq::socket_t>> socks;
+  for (int s = 0; s < p.senders; ++s) {
+    socks.push_back(std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer));
+    socks.back()->set(zmq::sockopt::linger, 0);
+    socks.back()->set(zmq::sockopt::rcvtimeo, 30000);
+    socks.back()->connect(ep);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // connections up before timing
+  auto t0 = Clock::now();
+  std::vector<std::thread> th;
+  for (int s = 0; s < p.senders; ++s)
+    th.emplace_back(
+        [&, s] { pump(*socks[s], msgs[s], p.window, [](const zmq::message_t&) { return true; }); });
+  for (auto& t : th) t.join();
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  stop = true;
+  server.join();
+  return secs;
+}
+
+struct Durable {
+  double secs = 0;
+  uint64_t stored_ok = 0;
+  uint64_t blob_bytes = 0;
+  uint64_t file_bytes = 0;
+};
+
+Durable run_durable(const Params& p, const std::vector<std::vector<std::string>>& msgs, uint64_t epoch,
+                    const std::string& dir) {
+  Durable d;
+  zmq::context_t ctx(2);
+  AggregatorProcess proc(NETPRISM_AGGREGATOR_BIN, dir, free_port(), free_port(),
+                         {"--zstd-level", std::to_string(p.zstd_level)});
+  if (!proc.wait_ready(ctx)) throw std::runtime_error("aggregator did not start");
+  std::vector<std::unique_ptr<TestSender>> senders;
+  for (int s = 0; s < p.senders; ++s) {
+    senders.push_back(std::make_unique<TestSender>(ctx, proc.listen()));
+    senders.back()->socket().set(zmq::sockopt::rcvtimeo, 30000);
+    auto a = senders.back()->hello("bench" + std::to_string(s), epoch, {"10.213.9." + std::to_string(s + 1)});
+    if (!a || a->status != AckStatus::kHelloOk) throw std::runtime_error("HELLO not accepted");
+  }
+  std::atomic<uint64_t> ok{0};
+  auto t0 = Clock::now();
+  std::vector<std::thread> th;
+  for (int s = 0; s < p.senders; ++s)
+    th.emplace_back([&, s] {
+      ok += pump(senders[s]->socket(), msgs[s], p.window, [](const zmq::message_t& m) {
+        auto r = wire::decode(m.to_string_view());
+        return r && r.message->type == MsgType::kAck &&
+               std::get<Ack>(r.message->body).status == AckStatus::kOk;
+      });
+    });
+  for (auto& t : th) t.join();
+  d.secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  d.stored_ok = ok;
+  proc.stop(SIGTERM);
+  sqlite3* db = nullptr;
+  std::string path = dir + "/netprism.db";
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    sqlite3_stmt* st = nullptr;
+    sqlite3_prepare_v2(db, "SELECT coalesce(sum(length(data)),0) FROM batches", -1, &st, nullptr);
+    if (sqlite3_step(st) == SQLITE_ROW) d.blob_bytes = static_cast<uint64_t>(sqlite3_column_int64(st, 0));
+    sqlite3_finalize(st);
+  }
+  sqlite3_close(db);
+  for (const char* suffix : {"", "-wal"}) {
+    std::error_code ec;
+    auto n = std::filesystem::file_size(path + suffix, ec);
+    if (!ec) d.file_bytes += n;
+  }
+  return d;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Params p;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i];
+    int v = std::stoi(argv[i + 1]);
+    if (k == "--senders")
+      p.senders = v;
+    else if (k == "--batches")
+      p.batches = v;
+    else if (k == "--records")
+      p.records = v;
+    else if (k == "--window")
+      p.window = v;
+    else if (k == "--skip-raw")
+      p.skip_raw = v;
+    else if (k == "--zstd-level")
+      p.zstd_level = v;
+    else {
+      std::cerr << "usage: ingest_bench [--senders N] [--batches PER_SENDER] [--records PER_BATCH] [--window "
+                   "N] [--zstd-level L]\n";
+      return 2;
+    }
+  }
+  const uint64_t epoch = unix_ns();
+  auto msgs = make_batches(p, epoch);
+  uint64_t wire_bytes = 0;
+  for (auto& s : msgs)
+    for (auto& m : s) wire_bytes += m.size();
+  const double records = static_cast<double>(p.senders) * p.batches * p.records;
+  auto dir =
+      (std::filesystem::temp_directory_path() / ("np_ingest_bench_" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+
+  double raw = p.skip_raw ? 1 : run_raw(p, msgs);
+  Durable d = run_durable(p, msgs, epoch, dir);
+  std::filesystem::remove_all(dir);
+
+  double raw_rps = records / raw, dur_rps = records / d.secs;
+  nlohmann::json out = {{"senders", p.senders},
+                        {"batches_per_sender", p.batches},
+                        {"records_per_batch", p.records},
+                        {"window", p.window},
+                        {"zstd_level", p.zstd_level},
+                        {"wire_bytes_per_record", wire_bytes / records},
+                        {"raw_zmq_records_per_s", raw_rps},
+                        {"raw_zmq_MB_per_s", wire_bytes / raw / 1e6},
+                        {"durable_records_per_s", dur_rps},
+                        {"durable_MB_per_s", wire_bytes / d.secs / 1e6},
+                        {"ratio_durable_vs_raw", dur_rps / raw_rps},
+                        {"batches_acked_ok", d.stored_ok},
+                        {"stored_bytes_per_record", d.blob_bytes / records},
+                        {"db_file_bytes_per_record", d.file_bytes / records}};
+  std::cout << out.dump(2) << "\n";
+  if (d.stored_ok != static_cast<uint64_t>(p.senders) * p.batches) {
+    std::cerr << "ingest_bench: only " << d.stored_ok << " batches were acknowledged as stored\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,277 @@
+// Per-packet cost and throughput impact of the probe, each as a ratio against a baseline measured in the same
+// run (contracts.md "Benchmark baselines": one per-CPU array update of the packet length, returning pass):
+//  1. BPF_PROG_TEST_RUN, repeat >= 1e6, TCP and RoCE packets, tc and XDP entry points;
+//  2. attached with tc to a veth carrying a real TCP stream and a RoCEv2-shaped UDP stream, cost per
+//     invocation from the kernel's bpf_stats (run_time_ns / run_cnt), probe vs baseline attached the same
+//     way;
+//  3. TCP throughput between namespaces with the probe attached vs without.
+// Rounds alternate between the two sides and medians are reported: the machine is shared.
+// Usage (root): probe_bench [--repeat N] [--seconds S] [--rounds R] [--sections run,attached,throughput]
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <net/if.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "baseline.skel.h"
+#include "bpf/packet_builder.hpp"
+#include "bpf/prog_run.hpp"
+#include "bpf/veth_netns.hpp"
+#include "netprism/addr.hpp"
+#include "probe.hpp"
+#include "streams.hpp"
+
+namespace {
+
+using netprism::agent::AttachMode;
+using netprism::agent::Probe;
+using netprism::agent::ProbeOptions;
+using netprism::test::PacketBuilder;
+using netprism::test::VethNetns;
+
+struct BaselineDeleter {
+  void operator()(baseline* b) const { baseline::destroy(b); }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// kernel.bpf_stats_enabled on for the run, restored on every exit path.
+struct BpfStats {
+  std::string old;
+  BpfStats() {
+    std::ifstream in("/proc/sys/kernel/bpf_stats_enabled");
+    std::getline(in, old);
+    std::ofstream("/proc/sys/kernel/bpf_stats_enabled") << "1";
+  }
+  ~BpfStats() { std::ofstream("/proc/sys/kernel/bpf_stats_enabled") << (old.empty() ? "0" : old); }
+};
+
+struct RunStats {
+  uint64_t ns = 0, cnt = 0;
+};
+RunStats stats_of(int prog_fd) {
+  bpf_prog_info info{};
+  uint32_t len = sizeof info;
+  bpf_obj_get_info_by_fd(prog_fd, &info, &len);
+  return {info.run_time_ns, info.run_cnt};
+}
+
+// The baseline attached to the same hooks as the probe (its own slot), detached on destruction.
+struct BaselineTc {
+  int ifindex;
+  BaselineTc(int ifx, int fd) : ifindex(ifx) {
+    for (auto p : {BPF_TC_INGRESS, BPF_TC_EGRESS}) {
+      LIBBPF_OPTS(bpf_tc_hook, h, .ifindex = ifindex, .attach_point = p);
+      bpf_tc_hook_create(&h);
+      LIBBPF_OPTS(bpf_tc_opts, o, .prog_fd = fd, .handle = 0x4e51, .priority = 0xff4f);
+      if (bpf_tc_attach(&h, &o)) throw std::runtime_error("baseline attach");
+    }
+  }
+  ~BaselineTc() {
+    for (auto p : {BPF_TC_INGRESS, BPF_TC_EGRESS}) {
+      LIBBPF_OPTS(bpf_tc_hook, h, .ifindex = ifindex, .attach_point = p);
+      LIBBPF_OPTS(bpf_tc_opts, o, .handle = 0x4e51, .priority = 0xff4f);
+      bpf_tc_detach(&h, &o);
+    }
+  }
+};
+
+ProbeOptions agent_like_options() {
+  // As the agent runs it: default thresholds, its aggregator connection excluded.
+  ProbeOptions o;
+  o.exclude.push_back({*netprism::parse_addr("10.254.0.1"), 7470});
+  return o;
+}
+
+void prog_test_run_section(Probe& probe, baseline& base, uint32_t repeat, int rounds) {
+  std::printf("== BPF_PROG_TEST_RUN, repeat %u, median of %d alternating rounds ==\n", repeat, rounds);
+  std::printf("%-6s %-5s %12s %12s %8s\n", "hook", "pkt", "baseline_ns", "probe_ns", "ratio");
+  auto tcp = PacketBuilder().eth().ipv4("10.7.0.1", "10.7.0.2").tcp(40000, 29500, 0x18).payload(1448).build();
+  auto roce = PacketBuilder()
+                  .eth()
+                  .ipv4("10.7.0.1", "10.7.0.2")
+                  .udp(49152, NP_ROCE_UDP_PORT)
+                  .bth(0x07, 0x11, 1)
+                  .payload(1024 + 4)
+                  .build();
+  struct Hook {
+    const char* name;
+    bool tc;
+    int base_fd, probe_fd;
+  } hooks[] = {{"tc", true, bpf_program__fd(base.progs.np_baseline_tc), probe.program_fd("np_tc_egress")},
+               {"xdp", false, bpf_program__fd(base.progs.np_baseline_xdp), probe.program_fd("np_xdp")}};
+  for (const auto& h : hooks) {
+    for (auto [pname, pkt] : {std::pair{"tcp", &tcp}, std::pair{"roce", &roce}}) {
+      std::vector<double> b, p;
+      for (int r = 0; r < rounds; ++r) {
+        b.push_back(netprism::test::run_prog(h.base_fd, h.tc, *pkt, repeat).duration_ns);
+        p.push_back(netprism::test::run_prog(h.probe_fd, h.tc, *pkt, repeat).duration_ns);
+      }
+      std::printf("%-6s %-5s %12.1f %12.1f %8.2f\n", h.name, pname, median(b), median(p),
+                  median(p) / median(b));
+    }
+  }
+}
+
+void attached_section(baseline& base, double seconds, int rounds) {
+  BpfStats stats_on;
+  std::printf(
+      "\n== tc attached to a veth stream, kernel bpf_stats (ns per invocation, ingress+egress), "
+      "%.1f s x %d alternating rounds ==\n",
+      seconds, rounds);
+  std::printf("%-6s %12s %12s %8s %14s\n", "stream", "baseline_ns", "probe_ns", "ratio", "probe_invocations");
+  VethNetns net;
+  int ifindex = static_cast<int>(if_nametoindex(net.host_if.c_str()));
+  int base_fd = bpf_program__fd(base.progs.np_baseline_tc);
+  for (const char* stream : {"tcp", "roce"}) {
+    auto traffic = [&] {
+      return std::string(stream) == "tcp" ? netprism::bench::tcp_stream(net, seconds)
+                                          : netprism::bench::roce_stream(net, seconds);
+    };
+    std::vector<double> b, p;
+    uint64_t invocations = 0;
+    for (int r = 0; r < rounds; ++r) {
+      {
+        BaselineTc att(ifindex, base_fd);
+        auto s0 = stats_of(base_fd);
+        traffic();
+        auto s1 = stats_of(base_fd);
+        b.push_back(double(s1.ns - s0.ns) / double(std::max<uint64_t>(1, s1.cnt - s0.cnt)));
+      }
+      {
+        std::string err;
+        auto probe = Probe::open(agent_like_options(), err);
+        if (!probe || !probe->attach(net.host_if, AttachMode::kTc, err)) throw std::runtime_error(err);
+        int in = probe->program_fd("np_tc_ingress"), eg = probe->program_fd("np_tc_egress");
+        auto i0 = stats_of(in), e0 = stats_of(eg);
+        traffic();
+        auto i1 = stats_of(in), e1 = stats_of(eg);
+        uint64_t cnt = (i1.cnt - i0.cnt) + (e1.cnt - e0.cnt);
+        invocations += cnt;
+        p.push_back(double((i1.ns - i0.ns) + (e1.ns - e0.ns)) / double(std::max<uint64_t>(1, cnt)));
+        auto c = probe->counters();
+        if (c[NP_CNT_RINGBUF_FULL] || c[NP_CNT_MAP_FULL] || c[NP_CNT_MAP_BUSY] || c[NP_CNT_FLOW_RACE])
+          std::printf("  (loss counters non-zero in this round)\n");
+      }
+    }
+    std::printf("%-6s %12.1f %12.1f %8.2f %14llu\n", stream, median(b), median(p), median(p) / median(b),
+                (unsigned long long)(invocations / rounds));
+  }
+}
+
+void throughput_section(double seconds, int rounds) {
+  BpfStats stats_on;
+  std::printf("\n== TCP throughput host -> namespace over veth, %.1f s x %d alternating rounds ==\n", seconds,
+              rounds);
+  VethNetns net;
+  std::vector<double> without, with;
+  auto plain = [&] {
+    auto a = netprism::bench::tcp_stream(net, seconds);
+    without.push_back(8.0 * double(a.bytes) / a.seconds / 1e9);
+  };
+  uint64_t probe_ns = 0;
+  double probed_seconds = 0;
+  // One probe for the whole section, as the agent runs it: loading and freeing a probe (12 MiB of flow table,
+  // verification) between rounds would put kernel work from the probe's set-up into the other side's rounds.
+  std::string err;
+  auto probe = Probe::open(agent_like_options(), err);
+  if (!probe) throw std::runtime_error(err);
+  int in = probe->program_fd("np_tc_ingress"), eg = probe->program_fd("np_tc_egress");
+  auto probed = [&] {
+    std::string aerr;
+    if (!probe->attach(net.host_if, AttachMode::kTc, aerr)) throw std::runtime_error(aerr);
+    auto i0 = stats_of(in), e0 = stats_of(eg);
+    auto b = netprism::bench::tcp_stream(net, seconds);
+    auto i1 = stats_of(in), e1 = stats_of(eg);
+    probe->detach_all();
+    probe->flush_idle(netprism::agent::monotonic_now_ns(), true, [](const np_flowlet&) {});
+    probe_ns += (i1.ns - i0.ns) + (e1.ns - e0.ns);
+    probed_seconds += b.seconds;
+    with.push_back(8.0 * double(b.bytes) / b.seconds / 1e9);
+  };
+  for (int r = 0; r < rounds; ++r) {
+    // ABBA order: a slow drift of the machine's load favours neither side.
+    if (r % 2 == 0) {
+      plain();
+      probed();
+    } else {
+      probed();
+      plain();
+    }
+    std::printf("  round %d: without %.2f Gbit/s, with probe %.2f Gbit/s\n", r + 1, without.back(),
+                with.back());
+  }
+  // The ratio of each adjacent pair cancels drift better than the ratio of the two medians; both are printed.
+  std::vector<double> pair;
+  for (std::size_t i = 0; i < with.size(); ++i) pair.push_back(with[i] / without[i]);
+  std::printf(
+      "median without %.2f Gbit/s, with probe %.2f Gbit/s: ratio of medians %.3f, median pairwise ratio "
+      "%.3f (target >= 0.97)\n",
+      median(without), median(with), median(with) / median(without), median(pair));
+  // The same question answered without the noise of a shared machine: the CPU time the probe itself used
+  // (kernel bpf_stats) per second of stream. The stream is CPU-bound, so the throughput it can cost is at
+  // most this share of the CPUs doing the work.
+  double share = double(probe_ns) / 1e9 / probed_seconds;
+  auto c = probe->counters();
+  std::printf("probe invocations %llu, headers pulled into the linear area %llu\n",
+              (unsigned long long)c[NP_CNT_PACKETS], (unsigned long long)c[NP_CNT_PULLED]);
+  std::printf(
+      "probe CPU time: %.2f ms per second of stream = %.2f %% of one CPU (throughput ratio >= %.3f "
+      "if the stream were bound by one CPU)\n",
+      1e3 * share, 100.0 * share, 1.0 - share);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  uint32_t repeat = 2'000'000;
+  double seconds = 3;
+  int rounds = 5;
+  std::string sections = "run,attached,throughput";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i];
+    if (k == "--repeat")
+      repeat = static_cast<uint32_t>(std::strtoul(argv[i + 1], nullptr, 10));
+    else if (k == "--seconds")
+      seconds = std::strtod(argv[i + 1], nullptr);
+    else if (k == "--rounds")
+      rounds = std::atoi(argv[i + 1]);
+    else if (k == "--sections")
+      sections = argv[i + 1];
+    else {
+      std::fprintf(stderr,
+                   "usage: probe_bench [--repeat N] [--seconds S] [--rounds R] [--sections "
+                   "run,attached,throughput]\n");
+      return 2;
+    }
+  }
+  if (geteuid() != 0) {
+    std::fprintf(stderr, "probe_bench: needs root (loads BPF, creates namespaces)\n");
+    return 1;
+  }
+  try {
+    std::string err;
+    auto probe = Probe::open(agent_like_options(), err);
+    if (!probe) throw std::runtime_error(err);
+    std::unique_ptr<baseline, BaselineDeleter> base(baseline::open_and_load());
+    if (!base) throw std::runtime_error("cannot load the baseline program");
+    auto want = [&](const char* s) { return sections.find(s) != std::string::npos; };
+    if (want("run")) prog_test_run_section(*probe, *base, repeat, rounds);
+    probe.reset();
+    if (want("attached")) attached_section(*base, seconds, rounds);
+    if (want("throughput")) throughput_section(seconds, rounds);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "probe_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,133 @@
+#include "streams.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace netprism::bench {
+namespace {
+
+struct Sock {
+  int fd;
+  explicit Sock(int f) : fd(f) {
+    if (fd < 0) throw std::runtime_error("socket");
+  }
+  ~Sock() { close(fd); }
+  Sock(const Sock&) = delete;
+  Sock& operator=(const Sock&) = delete;
+};
+
+sockaddr_in addr_of(const std::string& ip, uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+  return a;
+}
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+StreamResult tcp_stream(const test::VethNetns& net, double seconds) {
+  std::atomic<uint16_t> port{0};
+  std::atomic<uint64_t> got{0};
+  std::atomic<bool> failed{false};
+  std::thread rx([&] {
+    try {
+      net.enter();
+      Sock ls(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      auto a = addr_of(net.ns_ip, 0);
+      socklen_t len = sizeof a;
+      if (bind(ls.fd, reinterpret_cast<sockaddr*>(&a), sizeof a) || listen(ls.fd, 1) ||
+          getsockname(ls.fd, reinterpret_cast<sockaddr*>(&a), &len))
+        throw std::runtime_error("listen");
+      timeval tv{5, 0};  // never hang the benchmark if the sender cannot connect
+      setsockopt(ls.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      port = ntohs(a.sin_port);
+      Sock c(accept(ls.fd, nullptr, nullptr));
+      std::vector<char> buf(1 << 18);
+      for (ssize_t r; (r = recv(c.fd, buf.data(), buf.size(), 0)) > 0;) got += static_cast<uint64_t>(r);
+    } catch (...) {
+      failed = true;
+      port = 1;
+    }
+  });
+  while (port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  StreamResult res;
+  if (!failed) {
+    Sock s(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    auto a = addr_of(net.ns_ip, port);
+    if (connect(s.fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      std::vector<char> buf(1 << 16, 'x');
+      auto t0 = Clock::now();
+      auto until = t0 + std::chrono::duration<double>(seconds);
+      uint64_t start_got = got;
+      while (Clock::now() < until)
+        if (send(s.fd, buf.data(), buf.size(), MSG_NOSIGNAL) <= 0) break;
+      res.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      res.bytes = got - start_got;  // what arrived within the window
+    }
+  }
+  rx.join();
+  return res;
+}
+
+StreamResult roce_stream(const test::VethNetns& net, double seconds) {
+  std::atomic<bool> ready{false}, stop{false};
+  std::atomic<uint64_t> got{0}, pkts{0};
+  std::thread rx([&] {
+    net.enter();
+    Sock s(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    auto a = addr_of(net.ns_ip, 4791);
+    bind(s.fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    timeval tv{0, 100000};
+    setsockopt(s.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ready = true;
+    std::vector<char> buf(4096);
+    while (!stop) {
+      ssize_t r = recv(s.fd, buf.data(), buf.size(), 0);
+      if (r > 0) {
+        got += static_cast<uint64_t>(r);
+        ++pkts;
+      }
+    }
+  });
+  while (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  StreamResult res;
+  {
+    Sock s(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    auto a = addr_of(net.ns_ip, 4791);
+    connect(s.fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    // BTH: RC RDMA WRITE middle (0x07), dest QP 0x000011, PSN counting up; then 1024 bytes + ICRC.
+    std::vector<unsigned char> dgram(12 + 1024 + 4, 0xab);
+    const unsigned char bth[12] = {0x07, 0, 0xff, 0xff, 0, 0, 0, 0x11, 0x80, 0, 0, 0};
+    std::copy(bth, bth + 12, dgram.begin());
+    auto t0 = Clock::now();
+    auto until = t0 + std::chrono::duration<double>(seconds);
+    for (uint32_t psn = 0; Clock::now() < until; ++psn) {
+      for (int i = 0; i < 64; ++i, ++psn) {
+        dgram[9] = static_cast<unsigned char>(psn >> 16);
+        dgram[10] = static_cast<unsigned char>(psn >> 8);
+        dgram[11] = static_cast<unsigned char>(psn);
+        send(s.fd, dgram.data(), dgram.size(), 0);
+      }
+    }
+    res.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  stop = true;
+  rx.join();
+  res.bytes = got;
+  res.packets = pkts;
+  return res;
+}
+
+}  // namespace netprism::bench

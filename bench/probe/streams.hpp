@@ -1,0 +1,20 @@
+// Traffic for the attached benchmarks: a TCP bulk stream and a RoCEv2-shaped UDP stream (UDP to port 4791
+// whose payload starts with a BTH) from the host end of a veth pair into its namespace.
+#pragma once
+
+#include <cstdint>
+
+#include "bpf/veth_netns.hpp"
+
+namespace netprism::bench {
+
+struct StreamResult {
+  uint64_t bytes = 0;    // payload bytes the receiver got
+  uint64_t packets = 0;  // datagrams received (UDP) or 0
+  double seconds = 0;
+};
+
+StreamResult tcp_stream(const test::VethNetns& net, double seconds);
+StreamResult roce_stream(const test::VethNetns& net, double seconds);
+
+}  // namespace netprism::bench

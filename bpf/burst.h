@@ -1,0 +1,224 @@
+/* Burst ("flowlet") accounting shared by every entry point: exclusion check, per-flow burst state in np_flows
+ * under a per-entry lock, gap and max-duration cuts emitted to the np_events ring buffer, and the per-CPU
+ * counters that make every skip or loss visible. Included by probe.bpf.c after the map definitions.
+ *
+ * Default thresholds (NP_DEFAULT_GAP_NS = 4 ms, NP_DEFAULT_MAX_BURST_NS = 100 ms, probe_abi.h), and why:
+ * - The gap must be longer than the pauses *inside* one communication phase and shorter than the compute
+ *   between phases. Inside a gloo ring all-reduce the pauses are between ring steps (wait for the neighbour's
+ *   chunk, reduce it, send on): sub-millisecond on a LAN, stretched to a few ms when a sender is descheduled.
+ *   Between phases sit forward/backward compute and pipeline bubbles: >= 10 ms per micro-batch even in the
+ *   toy models of our testbed, seconds in real LLM jobs. Measured on the testbed recordings (gloo DP2xPP2
+ *   1F1B/GPipe, DP2xPP2xTP2, DP4 samples: 3 838 within-flow gaps above 1 ms; 79 % of all within-flow
+ *   gaps are below 1 ms per the testbed's own packet-level count): the 1-10 ms range holds a tail that thins
+ * out with length (per-ms density 72 at 1-1.5 ms, 27 at 3-4 ms, 5 at 8-10 ms), then compute starts with a
+ * mode at 10-15 ms and the bulk at 30-100 ms. 4 ms merges the dense part of the intra-phase tail and
+ * stays 2.5x below the shortest compute gap, so one collective is (nearly always) one burst and two
+ * micro-batches' pipeline sends are two bursts. TCP's own pauses inside a send are RTT-scale (microseconds in
+ * a data centre).
+ * - The max duration bounds how stale a report can be for a flow that never pauses (a multi-second
+ *   all-reduce of a large model, a checkpoint upload): 100 ms gives the aggregator a byte-rate sample of
+ *   every long transfer at least 10 times per second, enough to place iteration boundaries of >= 0.5 s
+ *   steps, at <= 10 records/s per busy flow. Cut records carry NP_END_MAX_DURATION so they can be merged.
+ * Tuning on a testbed: attach with a tiny gap (e.g. 50 us) so every pause shows as a burst boundary (or
+ * take a header capture: tests/e2e/pcap_to_csv.py --gap-stats on the testbed branch), histogram the gaps
+ * between consecutive bursts of each flow on a log scale, and put the gap in the valley between the
+ * intra-collective tail and the first compute mode, at most half the latter. Both thresholds live in
+ * np_config (Probe::set_thresholds) and can be changed without reloading. */
+#ifndef NETPRISM_BPF_BURST_H
+#define NETPRISM_BPF_BURST_H
+
+#include "parse.h"
+
+/* Attempts to find or create a live entry for a key before the packet is counted as NP_CNT_FLOW_RACE.
+ * A retry is only needed while the idle flush is deleting that very entry, which takes ~100 ns. */
+#define NP_FLOW_RETRIES 4
+
+static __always_inline void np_count(__u32 idx) {
+  __u64* v = bpf_map_lookup_elem(&np_counters, &idx);
+  if (v) *v += 1; /* per-CPU: no atomics needed */
+}
+
+/* The per-entry lock. bpf_spin_lock costs ~50 ns here (two helper calls that save and restore interrupts);
+ * a compare-and-swap costs ~10. No helper is called while the lock is held and the data path runs with bottom
+ * halves off, so a holder is never interrupted by another holder on its own CPU. A holder can still be
+ * delayed by a hard interrupt, or (the flush program runs from a syscall) by preemption or a hypervisor
+ * stealing its vCPU. So the first attempt is inline, and a contended data path keeps trying through bpf_loop
+ * (the verifier requires a bound) for up to NP_LOCK_SLOW_SPINS attempts, ~1 ms: far beyond any interrupt, the
+ * common preemption. Only beyond that is the packet counted as NP_CNT_LOCK_TIMEOUT, never silently lost. The
+ * idle flush, for which waiting is pointless, gives up after NP_LOCK_FLUSH_SPINS and retries at its next run.
+ * Both operations are fully ordered atomics (BPF_CMPXCHG, BPF_XCHG), so the critical section cannot leak
+ * past them on weakly ordered CPUs either. */
+#define NP_LOCK_SLOW_SPINS (1u << 16)
+#define NP_LOCK_FLUSH_SPINS 64u
+
+struct np_spin_ctx {
+  __u64* lock;
+  __u32 got;
+};
+
+static long np_spin_once(__u64 i, struct np_spin_ctx* c) {
+  if (*(volatile __u64*)c->lock == 0 && __sync_val_compare_and_swap(c->lock, 0, 1) == 0) {
+    c->got = 1;
+    return 1; /* stop */
+  }
+  return 0;
+}
+
+static __always_inline bool np_lock(__u64* l, __u32 spins) {
+  if (__sync_val_compare_and_swap(l, 0, 1) == 0) return true;
+  struct np_spin_ctx c = {.lock = l, .got = 0};
+  bpf_loop(spins, np_spin_once, &c, 0);
+  return c.got;
+}
+
+static __always_inline void np_unlock(__u64* l) {
+  (void)__sync_lock_test_and_set(l, 0);
+}
+
+static __always_inline bool np_excluded_one(const __u8 addr[16], __u16 port) {
+  struct np_exclude_key k = {};
+  __builtin_memcpy(k.addr, addr, 16);
+  k.port = port;
+  return bpf_map_lookup_elem(&np_exclude, &k) != NULL;
+}
+
+/* The agent's own traffic (to/from the aggregator) must never be observed. Lookups happen only when the
+ * list has entries of the matching kind, and port entries go through a 64-bit bloom filter first, so the
+ * common packet pays one bit test. */
+static __always_inline bool np_excluded(const struct np_probe_config* cfg, const struct np_pkt* p) {
+  if (!cfg->flags) return false;
+  if (cfg->flags & NP_CFG_EXCLUDE_PORTS) {
+    if ((cfg->exclude_port_bloom >> (p->key.sport & 63)) & 1)
+      if (np_excluded_one(p->key.saddr, p->key.sport)) return true;
+    if ((cfg->exclude_port_bloom >> (p->key.dport & 63)) & 1)
+      if (np_excluded_one(p->key.daddr, p->key.dport)) return true;
+  }
+  if (cfg->flags & NP_CFG_EXCLUDE_ADDRS) {
+    if (np_excluded_one(p->key.saddr, 0)) return true;
+    if (np_excluded_one(p->key.daddr, 0)) return true;
+  }
+  return false;
+}
+
+/* A 64-bit digest of the key, stored in the entry so a CPU holding a pointer to an entry that was deleted and
+ * re-used for another flow notices (see np_flow_state). Rotations keep mirrored keys (A->B vs B->A) apart. */
+static __always_inline __u64 np_key_tag(const struct np_flow_key* k) {
+  const __u64* w = (const __u64*)k;
+  __u64 t = w[0];
+  t = ((t << 7) | (t >> 57)) ^ w[1];
+  t = ((t << 7) | (t >> 57)) ^ w[2];
+  t = ((t << 7) | (t >> 57)) ^ w[3];
+  t = ((t << 7) | (t >> 57)) ^ w[4];
+  t = ((t << 7) | (t >> 57)) ^ w[5];
+  return t | 1; /* never 0, so a zeroed entry never matches */
+}
+
+/* Starts a new burst in b with this packet. */
+static __always_inline void np_burst_start(struct np_burst* b, const struct np_pkt* p, __u64 now, __u32 segs,
+                                           __u64 bytes) {
+  b->first_ns = now;
+  b->last_ns = now;
+  b->packets = segs;
+  b->bytes = bytes;
+  b->payload_bytes = p->payload;
+  b->roce_ops[0] = 0;
+  b->roce_ops[1] = 0;
+  b->roce_ops[2] = 0;
+  b->roce_ops[3] = 0;
+  if (p->roce_class < NP_ROCE_CLASSES) b->roce_ops[p->roce_class & 3] = segs;
+  b->last_psn = p->psn;
+  b->tcp_flags = p->tcp_flags;
+  b->end_reason = 0;
+  b->pad0 = 0;
+}
+
+static __always_inline void np_burst_add(struct np_burst* b, const struct np_pkt* p, __u64 now, __u32 segs,
+                                         __u64 bytes) {
+  /* Packets of one flow can reach the lock out of timestamp order across CPUs: keep last_ns monotonic. */
+  if ((__s64)(now - b->last_ns) > 0) b->last_ns = now;
+  b->packets += segs;
+  b->bytes += bytes;
+  b->payload_bytes += p->payload;
+  if (p->roce_class < NP_ROCE_CLASSES) b->roce_ops[p->roce_class & 3] += segs;
+  b->last_psn = p->psn;
+  b->tcp_flags |= p->tcp_flags;
+}
+
+/* A flowlet record from a key and a burst (np_flowlet is the key followed by np_burst's layout). */
+static __always_inline void np_flowlet_fill(struct np_flowlet* out, const struct np_flow_key* k,
+                                            const struct np_burst* b, __u8 reason) {
+  out->key = *k;
+  __builtin_memcpy(&out->first_ns, b, sizeof(*b));
+  out->end_reason = reason;
+}
+
+/* Accounts one parsed packet. segs: wire packets it stands for (GSO segments; 1 for XDP). */
+static __always_inline void np_account(struct np_pkt* p, __u32 segs) {
+  __u32 zero = 0;
+  struct np_probe_config* cfg = bpf_map_lookup_elem(&np_config, &zero);
+  if (!cfg) return; /* array map: cannot happen */
+  if (np_excluded(cfg, p)) {
+    np_count(NP_CNT_EXCLUDED);
+    return;
+  }
+  __u64 gap = cfg->gap_ns ? cfg->gap_ns : NP_DEFAULT_GAP_NS;
+  __u64 max_burst = cfg->max_burst_ns ? cfg->max_burst_ns : NP_DEFAULT_MAX_BURST_NS;
+  __u64 now = bpf_ktime_get_ns();
+  /* IP bytes on the wire: a GSO packet becomes segs packets, each with its own IP and L4 header. */
+  __u64 bytes = (__u64)p->ip_len + (__u64)(segs - 1) * p->hdr_len;
+  __u64 tag = np_key_tag(&p->key);
+
+  for (int i = 0; i < NP_FLOW_RETRIES; i++) {
+    struct np_flow_state* st = bpf_map_lookup_elem(&np_flows, &p->key);
+    if (!st) {
+      struct np_flow_state init = {};
+      init.key_tag = tag;
+      np_burst_start(&init.b, p, now, segs, bytes);
+      long err = bpf_map_update_elem(&np_flows, &p->key, &init, BPF_NOEXIST);
+      if (err == 0) return;
+      if (err == -17 /* EEXIST: another CPU created it first */) continue;
+      np_count(err == -7 /* E2BIG */ ? NP_CNT_MAP_FULL : NP_CNT_MAP_BUSY);
+      return;
+    }
+    struct np_burst done;
+    __u8 cut = 0;
+    if (!np_lock(&st->lock, NP_LOCK_SLOW_SPINS)) {
+      np_count(NP_CNT_LOCK_TIMEOUT);
+      return;
+    }
+    if (st->dead || st->key_tag != tag) {
+      /* Being deleted by the idle flush (or already re-used for another flow): never write into it. */
+      np_unlock(&st->lock);
+      continue;
+    }
+    if (st->b.packets == 0) {
+      np_burst_start(&st->b, p, now, segs, bytes);
+    } else {
+      __s64 idle = (__s64)(now - st->b.last_ns);
+      if (idle > (__s64)gap)
+        cut = NP_END_GAP;
+      else if ((__s64)(now - st->b.first_ns) >= (__s64)max_burst)
+        cut = NP_END_MAX_DURATION;
+      if (cut) {
+        done = st->b;
+        np_burst_start(&st->b, p, now, segs, bytes);
+      } else {
+        np_burst_add(&st->b, p, now, segs, bytes);
+      }
+    }
+    np_unlock(&st->lock);
+    /* No helper runs under the lock: the finished burst leaves from the stack copy. */
+    if (cut) {
+      struct np_flowlet out;
+      np_flowlet_fill(&out, &p->key, &done, cut);
+      if (bpf_ringbuf_output(&np_events, &out, sizeof(out), 0))
+        np_count(NP_CNT_RINGBUF_FULL);
+      else
+        np_count(NP_CNT_BURSTS_EMITTED);
+    }
+    return;
+  }
+  np_count(NP_CNT_FLOW_RACE);
+}
+
+#endif /* NETPRISM_BPF_BURST_H */

@@ -1,0 +1,394 @@
+// RDMA without hardware: a fixture sysfs tree laid out like /sys/class/infiniband, and netlink messages built
+// byte by byte from <rdma/rdma_netlink.h> as the kernel's nldev code emits them.
+#include <arpa/inet.h>
+#include <linux/netlink.h>
+#include <netinet/in.h>
+#include <rdma/rdma_netlink.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "agent/test_util.hpp"
+#include "rdma_netlink.hpp"
+#include "rdma_sysfs.hpp"
+
+using namespace netprism;
+using namespace netprism::agent;
+using netprism::test::TempDir;
+
+namespace {
+
+void write_counter(const std::string& dir, const std::string& name, uint64_t v) {
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/" + name) << v << "\n";
+}
+
+struct PortFixture {
+  explicit PortFixture(const TempDir& root, const std::string& dev = "mlx5_0", int port = 1)
+      : dir(root.path() + "/" + dev + "/ports/" + std::to_string(port)) {
+    set(0, 0, 0, 0);
+  }
+  void set(uint64_t xw, uint64_t rw, uint64_t xp, uint64_t rp) {
+    write_counter(dir + "/counters", "port_xmit_data", xw);
+    write_counter(dir + "/counters", "port_rcv_data", rw);
+    write_counter(dir + "/counters", "port_xmit_packets", xp);
+    write_counter(dir + "/counters", "port_rcv_packets", rp);
+  }
+  std::string dir;
+};
+
+// Builds netlink messages the way the kernel lays them out (4-byte aligned attributes, nested tables).
+class NlBuilder {
+ public:
+  void begin_msg(uint16_t cmd) {
+    msg_ = buf_.size();
+    nlmsghdr h{};
+    h.nlmsg_type = RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, cmd);
+    h.nlmsg_flags = NLM_F_MULTI;
+    append(&h, sizeof h);
+  }
+  void end_msg() { patch_len32(msg_, buf_.size() - msg_); }
+  void u32(uint16_t type, uint32_t v) { attr(type, &v, 4); }
+  void u8(uint16_t type, uint8_t v) { attr(type, &v, 1); }
+  void str(uint16_t type, const std::string& s) { attr(type, s.c_str(), s.size() + 1); }
+  void attr(uint16_t type, const void* p, std::size_t n) {
+    nlattr a{static_cast<uint16_t>(sizeof(nlattr) + n), type};
+    append(&a, sizeof a);
+    append(p, n);
+    pad();
+  }
+  void begin_nest(uint16_t type) {
+    nests_.push_back(buf_.size());
+    nlattr a{0, static_cast<uint16_t>(type | NLA_F_NESTED)};
+    append(&a, sizeof a);
+  }
+  void end_nest() {
+    std::size_t at = nests_.back();
+    nests_.pop_back();
+    uint16_t len = static_cast<uint16_t>(buf_.size() - at);
+    std::memcpy(buf_.data() + at, &len, 2);
+  }
+  void done() {
+    nlmsghdr h{};
+    h.nlmsg_len = sizeof(nlmsghdr) + sizeof(int);
+    h.nlmsg_type = NLMSG_DONE;
+    append(&h, sizeof h);
+    int zero = 0;
+    append(&zero, sizeof zero);
+  }
+  void error(int err) {
+    nlmsghdr h{};
+    h.nlmsg_len = sizeof(nlmsghdr) + sizeof(nlmsgerr);
+    h.nlmsg_type = NLMSG_ERROR;
+    append(&h, sizeof h);
+    nlmsgerr e{};
+    e.error = err;
+    append(&e, sizeof e);
+  }
+  std::vector<uint8_t>& bytes() { return buf_; }
+
+ private:
+  void append(const void* p, std::size_t n) {
+    auto* b = static_cast<const uint8_t*>(p);
+    buf_.insert(buf_.end(), b, b + n);
+  }
+  void pad() {
+    while (buf_.size() % 4) buf_.push_back(0);
+  }
+  void patch_len32(std::size_t at, std::size_t len) {
+    uint32_t l = static_cast<uint32_t>(len);
+    std::memcpy(buf_.data() + at, &l, 4);
+  }
+  std::vector<uint8_t> buf_;
+  std::size_t msg_ = 0;
+  std::vector<std::size_t> nests_;
+};
+
+// One RES_QP_GET reply for device `dev`, as res_get_common_dumpit + fill_res_qp_entry write it.
+void qp_message(NlBuilder& b, uint32_t dev_index, const std::string& dev) {
+  b.begin_msg(RDMA_NLDEV_CMD_RES_QP_GET);
+  b.u32(RDMA_NLDEV_ATTR_DEV_INDEX, dev_index);
+  b.str(RDMA_NLDEV_ATTR_DEV_NAME, dev);
+  b.begin_nest(RDMA_NLDEV_ATTR_RES_QP);
+  // A user RC QP in RTS owned by pid 4242 (the kernel reports no comm for user QPs).
+  b.begin_nest(RDMA_NLDEV_ATTR_RES_QP_ENTRY);
+  b.u32(RDMA_NLDEV_ATTR_PORT_INDEX, 1);
+  b.u32(RDMA_NLDEV_ATTR_RES_LQPN, 0x1a2);
+  b.u32(RDMA_NLDEV_ATTR_RES_RQPN, 0x3b4);
+  b.u32(RDMA_NLDEV_ATTR_RES_RQ_PSN, 77);
+  b.u32(RDMA_NLDEV_ATTR_RES_SQ_PSN, 88);
+  b.u8(RDMA_NLDEV_ATTR_RES_TYPE, 2);   // IB_QPT_RC
+  b.u8(RDMA_NLDEV_ATTR_RES_STATE, 3);  // IB_QPS_RTS
+  b.u32(RDMA_NLDEV_ATTR_RES_PID, 4242);
+  b.end_nest();
+  // The GSI QP 1 of the kernel's MAD layer.
+  b.begin_nest(RDMA_NLDEV_ATTR_RES_QP_ENTRY);
+  b.u32(RDMA_NLDEV_ATTR_PORT_INDEX, 1);
+  b.u32(RDMA_NLDEV_ATTR_RES_LQPN, 1);
+  b.u8(RDMA_NLDEV_ATTR_RES_TYPE, 1);  // IB_QPT_GSI
+  b.u8(RDMA_NLDEV_ATTR_RES_STATE, 3);
+  b.str(RDMA_NLDEV_ATTR_RES_KERN_NAME, "ib_core");
+  b.end_nest();
+  b.end_nest();
+  b.end_msg();
+}
+
+void sockaddr_attr(NlBuilder& b, uint16_t type, const char* ip) {
+  __kernel_sockaddr_storage ss{};
+  if (std::strchr(ip, ':')) {
+    sockaddr_in6 s6{};
+    s6.sin6_family = AF_INET6;
+    inet_pton(AF_INET6, ip, &s6.sin6_addr);
+    std::memcpy(&ss, &s6, sizeof s6);
+  } else {
+    sockaddr_in s4{};
+    s4.sin_family = AF_INET;
+    inet_pton(AF_INET, ip, &s4.sin_addr);
+    std::memcpy(&ss, &s4, sizeof s4);
+  }
+  b.attr(type, &ss, sizeof ss);
+}
+
+}  // namespace
+
+TEST(RdmaSysfs, FixtureCountersAreWordsTimesFour) {
+  TempDir root;
+  PortFixture p(root);
+  p.set(1000, 250, 7, 3);
+  write_counter(p.dir + "/hw_counters", "out_of_sequence", 5);
+  write_counter(p.dir + "/hw_counters", "lifespan", 10);  // a setting, not a counter
+  PortFixture other(root, "mlx5_1", 2);
+  auto ports = list_rdma_ports(root.path());
+  ASSERT_EQ(ports.size(), 2u);
+  EXPECT_EQ(ports[0].device, "mlx5_0");
+  EXPECT_EQ(ports[0].port, 1u);
+  EXPECT_EQ(ports[1].device, "mlx5_1");
+  EXPECT_EQ(ports[1].port, 2u);
+  RawPortCounters c;
+  std::string err;
+  ASSERT_TRUE(read_port_counters(ports[0], c, err)) << err;
+  RdmaCounterSample s = to_sample(ports[0], 123, c);
+  EXPECT_EQ(s.xmit_bytes, 4000u);
+  EXPECT_EQ(s.rcv_bytes, 1000u);
+  EXPECT_EQ(s.xmit_packets, 7u);
+  EXPECT_EQ(s.rcv_packets, 3u);
+  EXPECT_EQ(s.hw, (std::map<std::string, uint64_t>{{"out_of_sequence", 5}}));
+}
+
+TEST(RdmaSysfs, FixtureMissingCounterIsAClearError) {
+  TempDir root;
+  PortFixture p(root);
+  std::filesystem::remove(p.dir + "/counters/port_rcv_data");
+  std::ofstream(p.dir + "/counters/port_xmit_data") << "N/A\n";
+  RawPortCounters c;
+  std::string err;
+  EXPECT_FALSE(read_port_counters(list_rdma_ports(root.path()).at(0), c, err));
+  EXPECT_NE(err.find("port_xmit_data"), std::string::npos) << err;
+  EXPECT_TRUE(list_rdma_ports(root / "absent").empty());
+}
+
+TEST(RdmaSysfs, FixtureCounterDeltaWrapsAndResets) {
+  const uint64_t m32 = 0xffffffffull;
+  EXPECT_EQ(counter_delta(10, 25).value, 15u);
+  auto w32 = counter_delta(m32 - 9, 20);  // 32-bit counter wrapped: 10 to the top, then 20
+  EXPECT_EQ(w32.kind, DeltaKind::kWrap32);
+  EXPECT_EQ(w32.value, 30u);
+  auto w64 = counter_delta(~uint64_t{0} - 4, 5);
+  EXPECT_EQ(w64.kind, DeltaKind::kWrap64);
+  EXPECT_EQ(w64.value, 10u);
+  auto reset = counter_delta(uint64_t{1} << 40, 100);  // a 64-bit counter far from the top went down
+  EXPECT_EQ(reset.kind, DeltaKind::kReset);
+  EXPECT_EQ(reset.value, 100u);
+  auto sat = counter_delta(m32, m32);
+  EXPECT_EQ(sat.kind, DeltaKind::kSaturated);
+  EXPECT_EQ(sat.value, 0u);
+}
+
+TEST(RdmaSysfs, FixtureBurstsFromCounterDeltasWithTheGapRule) {
+  TempDir root;
+  PortFixture p(root);
+  auto port = list_rdma_ports(root.path()).at(0);
+  const uint64_t ms = 1'000'000, t0 = 1'700'000'000'000'000'000ull;
+  RdmaBurstTracker tr(20 * ms, 1000 * ms);  // gap 20 ms, max burst 1 s
+  std::vector<RdmaPortBurst> out;
+  auto sample = [&](uint64_t t_ms, uint64_t xw, uint64_t rw, uint64_t xp, uint64_t rp) {
+    p.set(xw, rw, xp, rp);
+    RawPortCounters c;
+    std::string err;
+    ASSERT_TRUE(read_port_counters(port, c, err)) << err;
+    tr.feed(port.device, port.port, t0 + t_ms * ms, c, out);
+  };
+  // Counters near the 32-bit top, so the first burst crosses a wrap.
+  const uint64_t base = 0xffffffffull - 100;
+  sample(0, base, 0, 0, 0);                         // baseline
+  sample(10, base + 50, 10, 2, 1);                  // activity in (0,10]
+  sample(20, (base + 150) & 0xffffffff, 10, 4, 1);  // wrapped: +100 words
+  sample(30, (base + 150) & 0xffffffff, 10, 4, 1);  // idle 10 ms (< gap): burst stays open
+  sample(40, (base + 160) & 0xffffffff, 10, 5, 1);  // +10 words: same burst
+  EXPECT_TRUE(out.empty());
+  sample(50, (base + 160) & 0xffffffff, 10, 5, 1);
+  sample(70, (base + 160) & 0xffffffff, 10, 5, 1);  // idle 30 ms since 40 > gap: burst closed
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].device, "mlx5_0");
+  EXPECT_EQ(out[0].port, 1u);
+  EXPECT_EQ(out[0].first_ns, t0);  // the interval (0,10] is where it began
+  EXPECT_EQ(out[0].last_ns, t0 + 40 * ms);
+  EXPECT_EQ(out[0].xmit_bytes, 160u * 4);  // words x 4 across the wrap
+  EXPECT_EQ(out[0].rcv_bytes, 10u * 4);
+  EXPECT_EQ(out[0].xmit_packets, 5u);
+  EXPECT_EQ(out[0].rcv_packets, 1u);
+  EXPECT_EQ(tr.stats().wraps, 1u);
+  // A second burst, flushed at shutdown.
+  sample(80, (base + 170) & 0xffffffff, 10, 6, 1);
+  tr.flush(out);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[1].first_ns, t0 + 70 * ms);
+  EXPECT_EQ(out[1].xmit_bytes, 40u);
+}
+
+TEST(RdmaSysfs, FixtureLongBurstIsCutAtTheMaximumDuration) {
+  const uint64_t ms = 1'000'000;
+  RdmaBurstTracker tr(20 * ms, 100 * ms);
+  std::vector<RdmaPortBurst> out;
+  RawPortCounters c;
+  for (uint64_t t = 0; t <= 250; t += 10) {
+    c.xmit_words += 1000;
+    tr.feed("d", 1, (t + 1) * ms, c, out);
+  }
+  tr.flush(out);
+  ASSERT_GE(out.size(), 3u);
+  uint64_t total = 0;
+  for (const auto& b : out) {
+    EXPECT_LE(b.last_ns - b.first_ns, 100 * ms);
+    total += b.xmit_bytes;
+  }
+  EXPECT_EQ(total, 25u * 1000 * 4);  // cutting never loses bytes
+}
+
+TEST(RdmaNetlink, FixtureQpTableDecoded) {
+  NlBuilder b;
+  qp_message(b, 3, "mlx5_0");
+  b.done();
+  std::vector<QpEntry> qps;
+  auto r = parse_qp_messages(b.bytes().data(), b.bytes().size(), qps);
+  ASSERT_TRUE(r) << r.error;
+  EXPECT_TRUE(r.done);
+  ASSERT_EQ(qps.size(), 2u);
+  EXPECT_EQ(qps[0].device, "mlx5_0");
+  EXPECT_EQ(qps[0].port, 1u);
+  EXPECT_EQ(qps[0].lqpn, 0x1a2u);
+  EXPECT_EQ(qps[0].rqpn, 0x3b4u);
+  EXPECT_EQ(qps[0].type, "RC");
+  EXPECT_EQ(qps[0].state, "RTS");
+  EXPECT_EQ(qps[0].pid, 4242u);
+  EXPECT_EQ(qps[1].lqpn, 1u);
+  EXPECT_EQ(qps[1].type, "GSI");
+  EXPECT_EQ(qps[1].comm, "[ib_core]");
+
+  // Addresses come from the CM table; the comm of a user QP from its pid.
+  NlBuilder cm;
+  cm.begin_msg(RDMA_NLDEV_CMD_RES_CM_ID_GET);
+  cm.u32(RDMA_NLDEV_ATTR_DEV_INDEX, 3);
+  cm.str(RDMA_NLDEV_ATTR_DEV_NAME, "mlx5_0");
+  cm.begin_nest(RDMA_NLDEV_ATTR_RES_CM_ID);
+  cm.begin_nest(RDMA_NLDEV_ATTR_RES_CM_ID_ENTRY);
+  cm.u32(RDMA_NLDEV_ATTR_PORT_INDEX, 1);
+  cm.u32(RDMA_NLDEV_ATTR_RES_LQPN, 0x1a2);
+  sockaddr_attr(cm, RDMA_NLDEV_ATTR_RES_SRC_ADDR, "10.213.7.1");
+  sockaddr_attr(cm, RDMA_NLDEV_ATTR_RES_DST_ADDR, "10.213.7.2");
+  cm.end_nest();
+  cm.begin_nest(RDMA_NLDEV_ATTR_RES_CM_ID_ENTRY);  // a listener: no QP
+  sockaddr_attr(cm, RDMA_NLDEV_ATTR_RES_SRC_ADDR, "fd00::1");
+  cm.end_nest();
+  cm.end_nest();
+  cm.end_msg();
+  cm.done();
+  std::vector<CmIdEntry> ids;
+  auto rc = parse_cm_id_messages(cm.bytes().data(), cm.bytes().size(), ids);
+  ASSERT_TRUE(rc) << rc.error;
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_EQ(ids[1].src_addr, "fd00::1");
+  complete_qp_table(qps, ids,
+                    [](uint32_t pid) { return pid == 4242 ? std::string("python3") : std::string(); });
+  EXPECT_EQ(qps[0].src_addr, "10.213.7.1");
+  EXPECT_EQ(qps[0].dst_addr, "10.213.7.2");
+  EXPECT_EQ(qps[0].comm, "python3");
+  EXPECT_EQ(qps[1].src_addr, "");
+  EXPECT_EQ(qps[1].comm, "[ib_core]");
+}
+
+TEST(RdmaNetlink, FixtureSeveralMessagesAndDevices) {
+  NlBuilder b;
+  qp_message(b, 0, "mlx5_0");
+  qp_message(b, 1, "mlx5_1");
+  std::vector<QpEntry> qps;
+  auto r = parse_qp_messages(b.bytes().data(), b.bytes().size(), qps);
+  ASSERT_TRUE(r) << r.error;
+  EXPECT_FALSE(r.done);  // no DONE yet: the dump continues in the next buffer
+  ASSERT_EQ(qps.size(), 4u);
+  EXPECT_EQ(qps[2].device, "mlx5_1");
+
+  NlBuilder d;
+  d.begin_msg(RDMA_NLDEV_CMD_GET);
+  d.u32(RDMA_NLDEV_ATTR_DEV_INDEX, 5);
+  d.str(RDMA_NLDEV_ATTR_DEV_NAME, "rxe0");
+  d.end_msg();
+  d.done();
+  std::vector<RdmaDevice> devs;
+  ASSERT_TRUE(parse_dev_messages(d.bytes().data(), d.bytes().size(), devs));
+  ASSERT_EQ(devs.size(), 1u);
+  EXPECT_EQ(devs[0].index, 5u);
+  EXPECT_EQ(devs[0].name, "rxe0");
+}
+
+TEST(RdmaNetlink, FixtureMalformedInputIsAnErrorNotACrash) {
+  NlBuilder b;
+  qp_message(b, 0, "mlx5_0");
+  auto bytes = b.bytes();
+  std::vector<QpEntry> qps;
+  // Every truncation of a valid message: an error or fewer rows, never a read past the buffer.
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    qps.clear();
+    auto r = parse_qp_messages(bytes.data(), n, qps);
+    if (n > 0) {
+      EXPECT_FALSE(r) << n;
+    }
+  }
+  // An attribute claiming more than its message holds.
+  auto bad = bytes;
+  uint16_t huge = 0xfff0;
+  std::memcpy(bad.data() + sizeof(nlmsghdr), &huge, 2);
+  qps.clear();
+  auto r = parse_qp_messages(bad.data(), bad.size(), qps);
+  EXPECT_FALSE(r);
+  EXPECT_NE(r.error.find("malformed"), std::string::npos) << r.error;
+  // The kernel's answer to a request it refuses.
+  NlBuilder e;
+  e.error(-EOPNOTSUPP);
+  r = parse_qp_messages(e.bytes().data(), e.bytes().size(), qps);
+  EXPECT_FALSE(r);
+  EXPECT_NE(r.error.find("not supported"), std::string::npos) << r.error;
+}
+
+TEST(RdmaNetlink, FixtureTypeAndStateNames) {
+  EXPECT_EQ(qp_type_name(4), "UD");
+  EXPECT_EQ(qp_type_name(8), "RAW_PACKET");
+  EXPECT_EQ(qp_type_name(77), "TYPE_77");
+  EXPECT_EQ(qp_state_name(6), "ERR");
+  EXPECT_EQ(qp_state_name(9), "STATE_9");
+}
+
+TEST(RdmaNetlink, LiveQueryWithoutDevicesDoesNotFail) {
+  // This machine has no RDMA devices: the query either succeeds with an empty table or reports why RDMA
+  // netlink is unavailable. Either way it returns promptly.
+  std::vector<QpEntry> qps;
+  std::string err;
+  bool ok = read_qp_table(qps, err);
+  if (ok)
+    EXPECT_TRUE(qps.empty());
+  else
+    EXPECT_FALSE(err.empty());
+}

@@ -1,0 +1,127 @@
+// Stage 5: findings and job state on synthetic faults; healthy and benign runs give no finding.
+#include <gtest/gtest.h>
+
+#include "synth.hpp"
+
+using namespace netprism::analysis;
+
+namespace {
+Job run(const synth::Spec& s, uint64_t now_ns = 0) {
+  Input in;
+  synth::generate(s, in);
+  in.now_ns = now_ns;
+  auto r = analyze(in);
+  EXPECT_EQ(r.jobs.size(), 1u);
+  return r.jobs.empty() ? Job{} : r.jobs[0];
+}
+std::vector<Finding> of_kind(const Job& j, const std::string& k) {
+  std::vector<Finding> out;
+  for (const auto& f : j.findings)
+    if (f.kind == k) out.push_back(f);
+  return out;
+}
+}  // namespace
+
+TEST(AnalysisDiagnosis, HealthyShapesHaveNoFindingsAndEnd) {
+  for (auto [dp, pp, gpipe] : {std::tuple{4, 1, false}, {1, 4, false}, {2, 2, true}, {2, 3, false}}) {
+    synth::Spec s;
+    s.dp = dp;
+    s.pp = pp;
+    s.gpipe = gpipe;
+    s.iters = 16;
+    Job j = run(s);
+    EXPECT_TRUE(j.findings.empty()) << dp << "x" << pp << ": " << j.findings.front().kind << " "
+                                    << j.findings.front().evidence;
+    EXPECT_EQ(j.state, "ended");
+  }
+}
+
+TEST(AnalysisDiagnosis, ComputeStragglerNamedWithWhatIf) {
+  for (auto [dp, pp, node] : {std::tuple{2, 2, 1}, {2, 2, 2}, {4, 1, 3}, {1, 4, 2}}) {
+    synth::Spec healthy;
+    healthy.dp = dp;
+    healthy.pp = pp;
+    healthy.iters = 16;
+    double step = run(healthy).step_time_ms;
+    synth::Spec s = healthy;
+    s.straggler_node = node;
+    s.straggler_factor = 1.3;
+    s.straggler_from = 6;
+    Job j = run(s);
+    auto f = of_kind(j, "straggler");
+    ASSERT_EQ(f.size(), 1u) << dp << "x" << pp;
+    // The generator's schedule is too idealised to place the slow node inside its pipeline (every message
+    // lands exactly when a busy node is mid-compute); the node's pipeline (replica) must be right, and the
+    // exact node is checked on the testbed's real recordings (analysis_sample_straggler*, where stragglers
+    // in stage 0 and stage 1 are named exactly).
+    if (pp == 1) {
+      EXPECT_EQ(f[0].subject, synth::node_name(s, node)) << f[0].evidence;
+    } else {
+      int named = std::stoi(f[0].subject.substr(1));
+      EXPECT_EQ(dp > 1 ? named % dp : 0, dp > 1 ? node % dp : 0) << f[0].evidence;
+    }
+    EXPECT_GE(f[0].first_iteration + 2, 6 - 2);  // index 0 is the generator's iteration 1
+    EXPECT_LE(f[0].first_iteration, 6 - 1 + 3);
+    ASSERT_TRUE(f[0].whatif_step_time_ms);
+    EXPECT_NEAR(*f[0].whatif_step_time_ms, step, 0.10 * step) << f[0].evidence;
+    EXPECT_TRUE(of_kind(j, "slow_link").empty());
+  }
+}
+
+TEST(AnalysisDiagnosis, BenignPauseOfEveryRankIsNoStragglerNorSlowLink) {
+  synth::Spec s;
+  s.iters = 14;
+  s.pause_at = 6;
+  s.pause_ms = 1500;
+  Job j = run(s);
+  EXPECT_TRUE(of_kind(j, "straggler").empty());
+  EXPECT_TRUE(of_kind(j, "slow_link").empty());
+  auto slow = of_kind(j, "slow_iteration");
+  ASSERT_EQ(slow.size(), 1u);
+  EXPECT_EQ(slow[0].first_iteration, 5);
+}
+
+TEST(AnalysisDiagnosis, SlowLinkNamesAPairWithTheNode) {
+  synth::Spec s;
+  s.dp = 2;
+  s.pp = 2;
+  s.iters = 14;
+  s.slow_node = 2;
+  s.slow_factor = 8;
+  s.slow_from = 6;
+  Job j = run(s);
+  auto f = of_kind(j, "slow_link");
+  ASSERT_FALSE(f.empty());
+  EXPECT_NE(f[0].subject.find("n2"), std::string::npos) << f[0].subject;
+  EXPECT_TRUE(f[0].whatif_step_time_ms);
+}
+
+TEST(AnalysisDiagnosis, HangDetectedLiveWithinTheBoundAndNotBefore) {
+  synth::Spec s;
+  s.iters = 14;
+  s.hang_at = 8;
+  s.teardown = false;
+  Input in;
+  synth::generate(s, in);
+  uint64_t last = 0;
+  for (auto& e : in.events) last = std::max(last, e.last_ns);
+  in.now_ns = last + 300'000'000;  // shortly after: not yet a hang
+  auto early = analyze(in);
+  ASSERT_EQ(early.jobs.size(), 1u);
+  EXPECT_EQ(early.jobs[0].state, "running");
+  double step_s = early.jobs[0].step_time_ms / 1e3;
+  in.now_ns = last + static_cast<uint64_t>((std::max(3 * step_s, 2.0) + 1.0) * 1e9);
+  auto late = analyze(in);
+  EXPECT_EQ(late.jobs[0].state, "hung");
+  auto f = of_kind(late.jobs[0], "hang");
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_GT(f[0].start_ns, 0u);
+}
+
+TEST(AnalysisDiagnosis, SlowIterationUsesRobustStatistics) {
+  synth::Spec s;
+  s.iters = 30;
+  s.jitter_ms = 3;  // noisier job: 3 ms jitter per operation must not produce findings
+  Job j = run(s);
+  EXPECT_TRUE(of_kind(j, "slow_iteration").empty());
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The analysis over one of the testbed's committed recordings (tests/e2e/samples/NAME), scored against the
+# recording's own ground truth by the testbed's scorer with the acceptance thresholds of issues 7 and 8
+# (exact structure and state, no missing/extra iterations after the first two, duration error median <= 0.3 %
+# and p95 <= 1 % or within 1.5 x the truth's own noise, faults named within 3 iterations, no false positives).
+#   score_samples.sh ANALYZE_FILE SAMPLES_DIR NAME
+set -euo pipefail
+analyze=$1 samples=$2 name=$3
+dir=$samples/$name
+out=$(mktemp /tmp/np-analysis-sample-XXXXXX.json)
+trap 'rm -f "$out"' EXIT
+"$analyze" "$dir/flows.csv.gz" "$dir/topology.txt" >"$out"
+exec /usr/bin/python3 "$samples/../score.py" "$dir" --json "$out" --strict --max-median-err 0.3 \
+  --max-p95-err 1.0 --noise-factor 1.5 --grace 2 --max-missing 0 --max-extra 0 --max-finding-delay 3

@@ -1,0 +1,78 @@
+// Stage 4: one iteration per training iteration, durations against the generator's truth.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "synth.hpp"
+
+using namespace netprism::analysis;
+
+namespace {
+// Errors of netprism's durations against the truth iterations they overlap most (matching by time).
+std::vector<double> duration_errors(const Job& j, const synth::Truth& t) {
+  std::vector<double> errs;
+  for (const auto& it : j.iterations) {
+    // Truth iteration k = [b[k-1], b[k]]; pick the one whose end is nearest netprism's end.
+    size_t best = 1;
+    for (size_t k = 1; k < t.boundaries.size(); ++k)
+      if (std::llabs(static_cast<long long>(t.boundaries[k] - it.end_ns)) <
+          std::llabs(static_cast<long long>(t.boundaries[best] - it.end_ns)))
+        best = k;
+    double d = static_cast<double>(t.boundaries[best] - t.boundaries[best - 1]);
+    errs.push_back(std::fabs(static_cast<double>(it.duration_ns) - d) / d);
+  }
+  return errs;
+}
+
+class AnalysisTimeline : public ::testing::TestWithParam<std::tuple<int, int, bool>> {};
+}  // namespace
+
+TEST_P(AnalysisTimeline, EveryIterationWithAccurateDuration) {
+  auto [dp, pp, gpipe] = GetParam();
+  synth::Spec s;
+  s.dp = dp;
+  s.pp = pp;
+  s.gpipe = gpipe;
+  s.iters = 20;
+  Input in;
+  auto truth = synth::generate(s, in);
+  auto r = analyze(in);
+  ASSERT_EQ(r.jobs.size(), 1u);
+  const Job& j = r.jobs[0];
+  // The first iteration has no preceding boundary: 19 complete iterations between 20 boundaries.
+  EXPECT_EQ(j.iterations.size(), truth.boundaries.size() - 1);
+  for (size_t i = 0; i + 1 < j.iterations.size(); ++i) {
+    EXPECT_EQ(j.iterations[i].end_ns, j.iterations[i + 1].start_ns);
+    EXPECT_EQ(j.iterations[i].index, static_cast<int>(i));
+  }
+  auto e = duration_errors(j, truth);
+  std::sort(e.begin(), e.end());
+  ASSERT_FALSE(e.empty());
+  // The generator's per-operation jitter is 0.3 ms on ~0.5 s steps, so the truth itself is steady to ~0.1 %.
+  EXPECT_LT(e[e.size() / 2], 0.003);
+  EXPECT_LT(e[e.size() * 95 / 100], 0.01);
+  EXPECT_NEAR(j.step_time_ms, static_cast<double>(j.iterations[5].duration_ns) / 1e6, 0.05 * j.step_time_ms);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AnalysisTimeline,
+                         ::testing::Values(std::make_tuple(4, 1, false), std::make_tuple(1, 4, false),
+                                           std::make_tuple(1, 4, true), std::make_tuple(2, 2, false),
+                                           std::make_tuple(2, 2, true), std::make_tuple(2, 3, false)));
+
+TEST(AnalysisTimeline, PhasesPerNodeInsideTheIteration) {
+  synth::Spec s;
+  Input in;
+  synth::generate(s, in);
+  auto r = analyze(in);
+  ASSERT_EQ(r.jobs.size(), 1u);
+  const auto& it = r.jobs[0].iterations.at(3);
+  size_t pipeline = 0, sync = 0;
+  for (const auto& p : it.phases) {
+    EXPECT_GE(p.start_ns, it.start_ns);
+    EXPECT_LE(p.end_ns, it.end_ns + it.duration_ns / 10);
+    pipeline += p.name == "pipeline";
+    sync += p.name == "dp_sync";
+  }
+  EXPECT_EQ(pipeline, 4u);
+  EXPECT_EQ(sync, 4u);
+}
