@@ -243,7 +243,10 @@ def cmd_run(a):
                 # -Q out: each packet once, at its sender. -s 128: headers only. Nanosecond stamps. -B: 8 MiB
                 # kernel buffer so that bursts are not dropped while tcpdump is descheduled.
                 p = c.popen(k, ["tcpdump", "-i", c.veth(k), "-Q", "out", "-s", "128", "-n", "-B", "8192",
-                                "--time-stamp-precision=nano", "-w", pcap],
+                                "--time-stamp-precision=nano", "-w", pcap]
+                            # Live runs: the agents' own traffic to the aggregator (the host's bridge address)
+                            # is netprism's, not the job's; the contract excludes it from flows too.
+                            + (["not", "host", c.host_ip] if a.live or "live" in c.extra else []),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                 tcpdumps[k] = p
             for k, p in tcpdumps.items():  # tcpdump says "listening on" once its socket is open
