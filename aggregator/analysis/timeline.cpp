@@ -396,17 +396,24 @@ std::vector<Phase> node_phases(const Normalized& n, const JobSlice& job, const S
   std::vector<Phase> out;
   if (i + 1 >= t.boundaries.size()) return out;
   uint64_t lo = t.boundaries[i], hi = t.boundaries[i + 1];
-  std::map<uint32_t, std::pair<uint64_t, uint64_t>> pp;
+  // Pipeline window per node, indexed by node (a map per transfer would cost a log factor on large jobs).
+  std::vector<std::pair<uint64_t, uint64_t>> win(n.nodes.size(), {0, 0});
+  std::vector<char> seen(n.nodes.size(), 0);
   auto first = std::lower_bound(job.xfers.begin(), job.xfers.end(), lo,
                                 [](const Xfer& x, uint64_t v) { return x.t0 < v; });
   for (auto it = first; it != job.xfers.end() && it->t0 < hi; ++it) {
     if (s.stage_of[it->src] == s.stage_of[it->dst]) continue;
     for (uint32_t v : {it->src, it->dst}) {
-      auto [p, ins] = pp.try_emplace(v, it->t0, std::min(it->t1, hi));
-      if (!ins) p->second.second = std::max(p->second.second, std::min(it->t1, hi));
+      if (!seen[v]) {
+        seen[v] = 1;
+        win[v] = {it->t0, std::min(it->t1, hi)};
+      } else {
+        win[v].second = std::max(win[v].second, std::min(it->t1, hi));
+      }
     }
   }
-  for (auto& [v, w] : pp) out.push_back({n.nodes[v], "pipeline", w.first, w.second});
+  for (uint32_t v = 0; v < n.nodes.size(); ++v)
+    if (seen[v]) out.push_back({n.nodes[v], "pipeline", win[v].first, win[v].second});
   if (i < t.syncs.size())
     for (size_t g = 0; g < s.dp_groups.size(); ++g) {
       const auto& gs = t.syncs[i][g];
