@@ -59,6 +59,8 @@ constexpr double kSignificantDirection = 0.10;
 // iterations. Measured on the testbed: intra-synchronisation gaps are 0.1-10 ms, steps 0.25-0.7 s (> 40x); a
 // benign pause of a few steps among single-burst synchronisations is < 8x and must not look like a class.
 constexpr double kGapClassRatio = 8.0;
+// Gaps between iterations: one per iteration; three is the fewest that makes a timeline (see job_grouping).
+constexpr size_t kMinInterGaps = 3;
 // Leading boundaries that make an iteration shorter than half the median come from starting to watch in the
 // middle of an iteration; they are dropped (a real iteration never runs at twice the speed of its peers).
 constexpr double kShortLeadingIteration = 0.5;
@@ -83,7 +85,15 @@ double inter_gap_threshold(std::vector<double> gaps) {
   }
   double m0 = pre[cut] / static_cast<double>(cut), m1 = (pre[n] - pre[cut]) / static_cast<double>(n - cut);
   if (m1 - m0 < std::log(kGapClassRatio)) return 0;
-  return std::exp((gaps[cut - 1] + gaps[cut]) / 2);
+  // Otsu weighs classes by their size: many sub-millisecond gaps (the chunks of a ring all-reduce) pull
+  // its cut into the upper tail of the intra-synchronisation gaps (the tens of ms a shaped link leaves
+  // between the last pieces of one synchronisation). The boundary between the classes is the widest empty
+  // stretch of log-gaps at or above Otsu's cut, keeping at least kMinInterGaps gaps above it (a class of
+  // iteration gaps has one per iteration; a pause or two alone is not one).
+  size_t best_k = cut;
+  for (size_t k = cut + 1; k + kMinInterGaps <= n; ++k)
+    if (gaps[k] - gaps[k - 1] > gaps[best_k] - gaps[best_k - 1]) best_k = k;
+  return std::exp((gaps[best_k - 1] + gaps[best_k]) / 2);
 }
 
 bool is_dp_xfer(const Structure& s, const Xfer& x, int group) {
