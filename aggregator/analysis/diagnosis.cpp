@@ -355,13 +355,17 @@ std::vector<Finding> diagnose(const Normalized& n, const JobSlice& job, const St
       if (peers.size() < 3) continue;  // "much slower than comparable pairs" needs at least two others
       double ref = median(peers);
       if (med_rate[k] >= kSlowLinkRatio * ref) continue;
-      // When it began: first transfer on it below the threshold rate that starts a run of three.
+      // When it began: the first run of three transfers in the degraded regime. The regime boundary is the
+      // geometric middle between the link's own median rate and the comparable links' (capped at the
+      // detection threshold): healthy transfers of a few hundred KiB scatter well below the median rate
+      // (latency, window growth; measured on the testbed: down to a fifth of it), so half the reference
+      // would date a fault several iterations before it began.
+      double onset = std::min(kSlowLinkRatio * ref, std::sqrt(med_rate[k] * ref));
       std::vector<char> flags;
       std::vector<uint64_t> times;
       for (const Xfer& x : job.xfers)
         if (x.src == k.first && x.dst == k.second && x.bytes >= kRateMinBytes && x.t1 > x.t0) {
-          flags.push_back(static_cast<double>(x.bytes) / static_cast<double>(x.t1 - x.t0) <
-                          kSlowLinkRatio * ref);
+          flags.push_back(static_cast<double>(x.bytes) / static_cast<double>(x.t1 - x.t0) < onset);
           times.push_back(x.t0);
         }
       int fr = first_run(flags);
