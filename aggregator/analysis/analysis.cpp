@@ -32,6 +32,7 @@ Result analyze(const Input& in) {
     j.parallelism.pp = static_cast<int>(s.stages.size());
     j.parallelism.stages = names(s.stages);
     j.parallelism.dp_groups = names(s.dp_groups);
+    j.parallelism.ep = s.ep;
     j.parallelism.dp = 1;
     for (const auto& g : s.dp_groups)
       j.parallelism.dp = std::max(j.parallelism.dp, static_cast<int>(g.size()));

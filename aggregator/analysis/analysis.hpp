@@ -79,6 +79,8 @@ struct Parallelism {
   // connections between two nodes (every rank of a node talks to its counterpart on the peer node over its
   // own connection); 0 when not inferable.
   int tp_hint = 0;
+  // Extra: expert parallelism (all-to-all among DP peers, see parallelism.cpp); 0 when not seen.
+  int ep = 0;
 };
 
 struct Job {

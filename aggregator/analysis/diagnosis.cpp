@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <unordered_map>
 
 #include "stages.hpp"
 
@@ -331,13 +332,18 @@ std::vector<Finding> diagnose(const Normalized& n, const JobSlice& job, const St
       EdgeRole role = EdgeRole::dp;
       uint64_t first_slow_t = 0;
     };
-    std::map<std::pair<uint32_t, uint32_t>, Link> links;
+    // Rates gathered through a hash index (a tree lookup per transfer costs a log factor on large jobs),
+    // then moved into an ordered map so findings come out in a fixed order.
+    std::unordered_map<uint64_t, Link> by_key;
     for (const Xfer& x : job.xfers) {
       if (x.bytes < kRateMinBytes || x.t1 <= x.t0) continue;
-      Link& l = links[{x.src, x.dst}];
+      Link& l = by_key[uint64_t{x.src} << 32 | x.dst];
       l.role = s.stage_of[x.src] == s.stage_of[x.dst] ? EdgeRole::dp : EdgeRole::pp;
       l.rates.push_back(static_cast<double>(x.bytes) / static_cast<double>(x.t1 - x.t0));
     }
+    std::map<std::pair<uint32_t, uint32_t>, Link> links;
+    for (auto& [k, l] : by_key)
+      links.emplace(std::make_pair(static_cast<uint32_t>(k >> 32), static_cast<uint32_t>(k)), std::move(l));
     std::map<EdgeRole, std::vector<double>> by_role;
     std::map<std::pair<uint32_t, uint32_t>, double> med_rate;
     for (auto& [k, l] : links) {
@@ -349,13 +355,17 @@ std::vector<Finding> diagnose(const Normalized& n, const JobSlice& job, const St
       if (peers.size() < 3) continue;  // "much slower than comparable pairs" needs at least two others
       double ref = median(peers);
       if (med_rate[k] >= kSlowLinkRatio * ref) continue;
-      // When it began: first transfer on it below the threshold rate that starts a run of three.
+      // When it began: the first run of three transfers in the degraded regime. The regime boundary is the
+      // geometric middle between the link's own median rate and the comparable links' (capped at the
+      // detection threshold): healthy transfers of a few hundred KiB scatter well below the median rate
+      // (latency, window growth; measured on the testbed: down to a fifth of it), so half the reference
+      // would date a fault several iterations before it began.
+      double onset = std::min(kSlowLinkRatio * ref, std::sqrt(med_rate[k] * ref));
       std::vector<char> flags;
       std::vector<uint64_t> times;
       for (const Xfer& x : job.xfers)
         if (x.src == k.first && x.dst == k.second && x.bytes >= kRateMinBytes && x.t1 > x.t0) {
-          flags.push_back(static_cast<double>(x.bytes) / static_cast<double>(x.t1 - x.t0) <
-                          kSlowLinkRatio * ref);
+          flags.push_back(static_cast<double>(x.bytes) / static_cast<double>(x.t1 - x.t0) < onset);
           times.push_back(x.t0);
         }
       int fr = first_run(flags);

@@ -11,15 +11,17 @@ nlohmann::json job_summary(const Job& j) {
 }
 
 nlohmann::json job_detail(const Job& j) {
-  return {{"id", j.id},
-          {"nodes", j.nodes},
-          {"state", j.state},
-          {"parallelism",
-           {{"dp", j.parallelism.dp},
-            {"pp", j.parallelism.pp},
-            {"dp_groups", j.parallelism.dp_groups},
-            {"stages", j.parallelism.stages},
-            {"tp_hint", j.parallelism.tp_hint}}}};
+  nlohmann::json d = {{"id", j.id},
+                      {"nodes", j.nodes},
+                      {"state", j.state},
+                      {"parallelism",
+                       {{"dp", j.parallelism.dp},
+                        {"pp", j.parallelism.pp},
+                        {"dp_groups", j.parallelism.dp_groups},
+                        {"stages", j.parallelism.stages},
+                        {"tp_hint", j.parallelism.tp_hint}}}};
+  if (j.parallelism.ep > 1) d["parallelism"]["ep"] = j.parallelism.ep;
+  return d;
 }
 
 nlohmann::json timeline(const Job& j) {

@@ -93,65 +93,88 @@ Normalized normalize(const Input& in) {
     if (node_of_str[addr] == UINT32_MAX) node_of_str[addr] = node_of(*strs[addr]);
     return node_of_str[addr];
   };
-  struct Ids {
-    uint32_t src, dst, obs;
+  // Node name of each node as a string id, so "the observer is the sender" is an integer comparison.
+  std::vector<uint32_t> name_sid;
+  auto sender_sid = [&](uint32_t node) {
+    while (name_sid.size() <= node) name_sid.push_back(intern(out.nodes[name_sid.size()]));
+    return name_sid[node];
   };
-  std::vector<Ids> ids;
-  ids.reserve(in.events.size());
-  for (const auto& e : in.events) ids.push_back({intern(e.src), intern(e.dst), intern(e.observer)});
 
-  // Pass 1: the observer kept for each flow direction: the sender's own when it saw it, else the smallest.
-  std::unordered_map<FlowKey, uint32_t, KeyHash> chosen;
-  chosen.reserve(in.events.size() / 4 + 16);
-  auto fkey = [&](size_t i) {
-    const auto& e = in.events[i];
-    return FlowKey{ids[i].src, ids[i].dst, e.src_port, e.dst_port, e.qpn, e.proto};
+  // Pass 1: every event's flow direction (one hash lookup per event; everything else is per flow), and the
+  // observer kept for each: the sender's own when it saw it, else the smallest name.
+  struct Flow {
+    FlowKey key;
+    uint32_t chosen;  // observer string id
+    uint32_t conn = 0;
+    bool fwd = true;  // the sender is the connection's first endpoint
   };
+  std::vector<Flow> flows;
+  std::vector<uint32_t> flow_of(in.events.size());
+  std::vector<uint32_t> obs_of(in.events.size());
+  std::unordered_map<FlowKey, uint32_t, KeyHash> flow_idx;
   for (size_t i = 0; i < in.events.size(); ++i) {
-    uint32_t sender = node_id(ids[i].src);
-    auto is_sender = [&](uint32_t obs) { return *strs[obs] == out.nodes[sender]; };
-    auto [pos, inserted] = chosen.try_emplace(fkey(i), ids[i].obs);
-    if (inserted) continue;
-    uint32_t& cur = pos->second;
-    if (cur == ids[i].obs || is_sender(cur)) continue;
-    if (is_sender(ids[i].obs) || *strs[ids[i].obs] < *strs[cur]) cur = ids[i].obs;
+    const auto& e = in.events[i];
+    uint32_t src = intern(e.src), dst = intern(e.dst), obs = intern(e.observer);
+    obs_of[i] = obs;
+    uint32_t sender = sender_sid(node_id(src));  // nodes numbered by first appearance as a sender
+    FlowKey k{src, dst, e.src_port, e.dst_port, e.qpn, e.proto};
+    auto [pos, inserted] = flow_idx.try_emplace(k, static_cast<uint32_t>(flows.size()));
+    flow_of[i] = pos->second;
+    if (inserted) {
+      flows.push_back({k, obs});
+      continue;
+    }
+    uint32_t& cur = flows[pos->second].chosen;
+    if (cur == obs || cur == sender) continue;
+    if (obs == sender || *strs[obs] < *strs[cur]) cur = obs;
   }
 
-  // Pass 2: connections and transfers.
+  // Connections (both directions of a 5-tuple, endpoints ordered by address and port), numbered in the
+  // order of their first event: flows are numbered that way, and a connection's first event is its first
+  // flow's.
   std::unordered_map<ConnKey, uint32_t, KeyHash> conn_idx;
+  for (Flow& fl : flows) {
+    const FlowKey& k = fl.key;
+    const std::string &sa = *strs[k.src], &da = *strs[k.dst];
+    fl.fwd = !(std::tie(da, k.dport) < std::tie(sa, k.sport));
+    ConnKey ck = fl.fwd ? ConnKey{k.src, k.dst, k.sport, k.dport, k.proto}
+                        : ConnKey{k.dst, k.src, k.dport, k.sport, k.proto};
+    auto [p, n] = conn_idx.try_emplace(ck, static_cast<uint32_t>(out.conns.size()));
+    fl.conn = p->second;
+    if (!n) continue;
+    Conn c;
+    uint32_t sn = node_id(k.src), dn = node_id(k.dst);
+    c.a = fl.fwd ? sn : dn;
+    c.b = fl.fwd ? dn : sn;
+    std::string s_end = sa + ":" + std::to_string(k.sport), d_end = da + ":" + std::to_string(k.dport);
+    c.label = fl.fwd ? s_end + "<->" + d_end : d_end + "<->" + s_end;
+    out.conns.push_back(std::move(c));
+  }
+
+  // Pass 2: connection totals and transfers.
   uint64_t last_seen = 0;
   for (size_t i = 0; i < in.events.size(); ++i) {
     const auto& e = in.events[i];
-    bool fwd = !(std::tie(e.dst, e.dst_port) < std::tie(e.src, e.src_port));
-    ConnKey ck = fwd ? ConnKey{ids[i].src, ids[i].dst, e.src_port, e.dst_port, e.proto}
-                     : ConnKey{ids[i].dst, ids[i].src, e.dst_port, e.src_port, e.proto};
-    auto [p, n] = conn_idx.try_emplace(ck, static_cast<uint32_t>(out.conns.size()));
-    if (n) {
-      Conn c;
-      uint32_t sn = node_id(ids[i].src), dn = node_id(ids[i].dst);
-      c.a = fwd ? sn : dn;
-      c.b = fwd ? dn : sn;
-      c.label =
-          fwd ? e.src + ":" + std::to_string(e.src_port) + "<->" + e.dst + ":" + std::to_string(e.dst_port)
-              : e.dst + ":" + std::to_string(e.dst_port) + "<->" + e.src + ":" + std::to_string(e.src_port);
-      out.conns.push_back(std::move(c));
-    }
-    Conn& c = out.conns[p->second];
+    Flow& fl = flows[flow_of[i]];
+    Conn& c = out.conns[fl.conn];
     c.first_ns = std::min(c.first_ns, e.first_ns);
     c.last_ns = std::max(c.last_ns, e.last_ns);
     if (e.tcp_flags & (kFin | kRst)) c.closed = true;
     last_seen = std::max(last_seen, e.last_ns);
-    if (chosen[fkey(i)] != ids[i].obs) continue;
+    if (fl.chosen != obs_of[i]) continue;
     uint64_t bytes = data_bytes(e);
     if (bytes == 0) continue;
-    (fwd ? c.bytes_ab : c.bytes_ba) += bytes;
+    (fl.fwd ? c.bytes_ab : c.bytes_ba) += bytes;
     c.xfers++;
-    out.xfers.push_back(
-        {fwd ? c.a : c.b, fwd ? c.b : c.a, p->second, e.first_ns, std::max(e.first_ns, e.last_ns), bytes});
+    out.xfers.push_back({fl.fwd ? c.a : c.b, fl.fwd ? c.b : c.a, fl.conn, e.first_ns,
+                         std::max(e.first_ns, e.last_ns), bytes});
   }
-  std::sort(out.xfers.begin(), out.xfers.end(), [](const Xfer& x, const Xfer& y) {
+  auto by_time = [](const Xfer& x, const Xfer& y) {
     return std::tie(x.t0, x.t1, x.conn) < std::tie(y.t0, y.t1, y.conn);
-  });
+  };
+  // Recordings usually come in time order already; checking is cheaper than sorting again.
+  if (!std::is_sorted(out.xfers.begin(), out.xfers.end(), by_time))
+    std::sort(out.xfers.begin(), out.xfers.end(), by_time);
   out.now_ns = in.now_ns ? in.now_ns : last_seen;
   out.offline = in.offline;
   return out;

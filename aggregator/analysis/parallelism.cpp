@@ -33,6 +33,9 @@ constexpr double kPipelineNegativeShare = 0.20;
 // message or one all-reduce (sub-millisecond to a few ms), shorter than any compute between messages.
 constexpr uint64_t kEpisodeGapNs = 5'000'000;
 constexpr double kResidueShare = 0.25;
+// Expert-parallel exchange on an edge (see expert_parallel): volume floors of its lighter direction.
+constexpr uint64_t kMinExchangeBytes = 64 * 1024;
+constexpr double kExchangeShare = 0.01;
 
 struct EdgeData {
   Edge e;
@@ -86,6 +89,56 @@ double negative_share(const std::vector<const Xfer*>& xs, uint32_t u, double eps
     if (bal < -eps) neg += static_cast<double>(next - ev[i].first);
   }
   return neg / static_cast<double>(hi - lo);
+}
+
+// Expert parallelism: an all-to-all among DP peers. Inside a DP group of three or more nodes the gradient
+// all-reduce is a ring (each member sends to one neighbour: every edge one-way, as on every testbed
+// recording), so edges that carry data both ways are another exchange among the peers. Tokens dispatched
+// all-to-all make those two-way edges cliques: each member exchanges with every other member of its expert
+// group. The EP size is the clique size when every clique found has the same one; 0 otherwise (a dp = 2
+// group cannot tell: its all-reduce is two-way already).
+int expert_parallel(const Structure& s, const std::map<std::pair<uint32_t, uint32_t>, EdgeData>& edges) {
+  auto in_group = [&](const EdgeData& d) {
+    return d.e.role == EdgeRole::dp && s.group_of[d.e.u] >= 0 && s.group_of[d.e.u] == s.group_of[d.e.v] &&
+           s.dp_groups[static_cast<size_t>(s.group_of[d.e.u])].size() >= 3;
+  };
+  auto lighter = [](const EdgeData& d) { return static_cast<double>(std::min(d.e.bytes_uv, d.e.bytes_vu)); };
+  std::vector<double> top_lo(s.dp_groups.size(), 0);
+  for (const auto& [key, d] : edges)
+    if (in_group(d)) {
+      double& t = top_lo[static_cast<size_t>(s.group_of[d.e.u])];
+      t = std::max(t, lighter(d));
+    }
+  std::map<uint32_t, std::vector<uint32_t>> two_way;
+  for (const auto& [key, d] : edges) {
+    if (!in_group(d)) continue;
+    double hi = static_cast<double>(std::max(d.e.bytes_uv, d.e.bytes_vu)), lo = lighter(d);
+    // The exchange rides on ring edges too, where the gradient dwarfs it: an edge takes part when its
+    // lighter direction carries data (at least 64 KiB, the training floor, and 1 % of the heavier one:
+    // a ring edge's way back carries only ACKs and notifications, far less) in the amount the group's
+    // exchange edges do (uniform all-to-all: at least half of the largest).
+    if (lo < static_cast<double>(kMinExchangeBytes) || lo < kExchangeShare * hi ||
+        lo < 0.5 * top_lo[static_cast<size_t>(s.group_of[d.e.u])])
+      continue;
+    two_way[d.e.u].push_back(d.e.v);
+    two_way[d.e.v].push_back(d.e.u);
+  }
+  if (two_way.empty()) return 0;
+  int size = 0;
+  for (auto& [v, nb] : two_way) {
+    std::vector<uint32_t> set = nb;
+    set.push_back(v);
+    std::sort(set.begin(), set.end());
+    for (uint32_t w : nb) {  // a clique: every member sees the same set
+      std::vector<uint32_t> other = two_way[w];
+      other.push_back(w);
+      std::sort(other.begin(), other.end());
+      if (other != set) return 0;
+    }
+    if (size && static_cast<int>(set.size()) != size) return 0;
+    size = static_cast<int>(set.size());
+  }
+  return size;
 }
 
 }  // namespace
@@ -196,6 +249,8 @@ Structure infer_structure(const Normalized& n, const JobSlice& job) {
   });
   for (size_t g = 0; g < s.dp_groups.size(); ++g)
     for (uint32_t v : s.dp_groups[g]) s.group_of[v] = static_cast<int>(g);
+
+  s.ep = expert_parallel(s, edges);
 
   int depth = 0;
   for (uint32_t v : job.nodes) depth = std::max(depth, s.stage_of[v]);

@@ -83,6 +83,7 @@ struct Structure {
   std::vector<std::vector<uint32_t>> stages;     // first stage first
   std::vector<int> stage_of;                     // per node index (-1: not in job)
   std::vector<int> group_of;                     // per node index: dp group or -1
+  int ep = 0;  // expert-parallel group size when an all-to-all pattern is seen among DP peers, else 0
 };
 Structure infer_structure(const Normalized& n, const JobSlice& job);
 

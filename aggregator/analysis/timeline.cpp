@@ -59,6 +59,8 @@ constexpr double kSignificantDirection = 0.10;
 // iterations. Measured on the testbed: intra-synchronisation gaps are 0.1-10 ms, steps 0.25-0.7 s (> 40x); a
 // benign pause of a few steps among single-burst synchronisations is < 8x and must not look like a class.
 constexpr double kGapClassRatio = 8.0;
+// Gaps between iterations: one per iteration; three is the fewest that makes a timeline (see job_grouping).
+constexpr size_t kMinInterGaps = 3;
 // Leading boundaries that make an iteration shorter than half the median come from starting to watch in the
 // middle of an iteration; they are dropped (a real iteration never runs at twice the speed of its peers).
 constexpr double kShortLeadingIteration = 0.5;
@@ -83,7 +85,15 @@ double inter_gap_threshold(std::vector<double> gaps) {
   }
   double m0 = pre[cut] / static_cast<double>(cut), m1 = (pre[n] - pre[cut]) / static_cast<double>(n - cut);
   if (m1 - m0 < std::log(kGapClassRatio)) return 0;
-  return std::exp((gaps[cut - 1] + gaps[cut]) / 2);
+  // Otsu weighs classes by their size: many sub-millisecond gaps (the chunks of a ring all-reduce) pull
+  // its cut into the upper tail of the intra-synchronisation gaps (the tens of ms a shaped link leaves
+  // between the last pieces of one synchronisation). The boundary between the classes is the widest empty
+  // stretch of log-gaps at or above Otsu's cut, keeping at least kMinInterGaps gaps above it (a class of
+  // iteration gaps has one per iteration; a pause or two alone is not one).
+  size_t best_k = cut;
+  for (size_t k = cut + 1; k + kMinInterGaps <= n; ++k)
+    if (gaps[k] - gaps[k - 1] > gaps[best_k] - gaps[best_k - 1]) best_k = k;
+  return std::exp((gaps[best_k - 1] + gaps[best_k]) / 2);
 }
 
 bool is_dp_xfer(const Structure& s, const Xfer& x, int group) {
@@ -396,17 +406,24 @@ std::vector<Phase> node_phases(const Normalized& n, const JobSlice& job, const S
   std::vector<Phase> out;
   if (i + 1 >= t.boundaries.size()) return out;
   uint64_t lo = t.boundaries[i], hi = t.boundaries[i + 1];
-  std::map<uint32_t, std::pair<uint64_t, uint64_t>> pp;
+  // Pipeline window per node, indexed by node (a map per transfer would cost a log factor on large jobs).
+  std::vector<std::pair<uint64_t, uint64_t>> win(n.nodes.size(), {0, 0});
+  std::vector<char> seen(n.nodes.size(), 0);
   auto first = std::lower_bound(job.xfers.begin(), job.xfers.end(), lo,
                                 [](const Xfer& x, uint64_t v) { return x.t0 < v; });
   for (auto it = first; it != job.xfers.end() && it->t0 < hi; ++it) {
     if (s.stage_of[it->src] == s.stage_of[it->dst]) continue;
     for (uint32_t v : {it->src, it->dst}) {
-      auto [p, ins] = pp.try_emplace(v, it->t0, std::min(it->t1, hi));
-      if (!ins) p->second.second = std::max(p->second.second, std::min(it->t1, hi));
+      if (!seen[v]) {
+        seen[v] = 1;
+        win[v] = {it->t0, std::min(it->t1, hi)};
+      } else {
+        win[v].second = std::max(win[v].second, std::min(it->t1, hi));
+      }
     }
   }
-  for (auto& [v, w] : pp) out.push_back({n.nodes[v], "pipeline", w.first, w.second});
+  for (uint32_t v = 0; v < n.nodes.size(); ++v)
+    if (seen[v]) out.push_back({n.nodes[v], "pipeline", win[v].first, win[v].second});
   if (i < t.syncs.size())
     for (size_t g = 0; g < s.dp_groups.size(); ++g) {
       const auto& gs = t.syncs[i][g];
