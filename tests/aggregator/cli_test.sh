@@ -148,7 +148,7 @@ run 0 report --json && {
   jcheck "$lsum"
   jcheck "all(j['hours_observed'] >= 0 and j['median_step_ms'] >= 0 for j in d['jobs'])"
 }
-run 0 report && { ((njobs > 0)) && { tcheck "^JOB +STATE +NODES +HOURS"; tcheck "^fleet: $njobs jobs"; } || tcheck "no jobs"; }
+run 0 report && { ((njobs > 0)) && { tcheck "^JOB +STATE +NODES +OBSERVED"; tcheck "^fleet: $njobs jobs"; } || tcheck "no jobs"; }
 run 0 report --input "$work/data" --json && { jcheck "all(set(j) >= $rkeys for j in d['jobs'])"; jcheck "$lsum"; }
 run 0 report --input "$work/rec.db" && tcheck "JOB|no jobs"
 run 1 --aggregator tcp://127.0.0.1:$dead report
