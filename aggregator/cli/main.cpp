@@ -17,6 +17,7 @@
 #include "netprism/cli.hpp"
 #include "offline.hpp"
 #include "render.hpp"
+#include "report.hpp"
 
 using namespace netprism;
 using nlohmann::json;
@@ -125,6 +126,15 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"native", "csv"}));
   analyze->add_option("--topology", topology, "file of 'IP NODE' lines");
 
+  auto* rep = app.add_subcommand(
+      "report", "fleet view: per job its nodes, hours observed, iterations, step time, time lost, faults");
+  rep->add_option("--input", input, "report on a recording instead (as `analyze --input`)");
+  rep->add_option("--format", format, "with --input: native or csv (default: by content)")
+      ->check(CLI::IsMember({"native", "csv"}));
+  rep->add_option("--topology", topology, "with --input: file of 'IP NODE' lines");
+  rep->add_flag("--watch", watch, "refresh continuously, like top");
+  rep->add_option("--interval", interval, "seconds between refreshes")->check(CLI::Range(0.1, 3600.0));
+
   std::string output;
   auto* rec =
       app.add_subcommand("record", "copy the aggregator's stored records into a native recording file");
@@ -151,6 +161,25 @@ int main(int argc, char** argv) {
     if (!doc) return cli::fail("netprism", err);
     std::cout << (as_json ? doc->dump() + "\n" : cli::render_analysis(*doc));
     return cli::kExitOk;
+  }
+  if (rep->parsed()) {
+    if ((!format.empty() || !topology.empty()) && input.empty()) {
+      std::cerr << "netprism: report: --format and --topology need --input (see --help)\n";
+      return cli::kExitUsage;
+    }
+    if (!input.empty()) {
+      if (watch) {
+        std::cerr << "netprism: report: --watch needs the aggregator, not --input (see --help)\n";
+        return cli::kExitUsage;
+      }
+      std::string err;
+      auto r = cli::analyze_recording(input, format, topology, err);
+      if (!r) return cli::fail("netprism", err);
+      auto doc = cli::fleet_report(r->result.jobs, r->now_ns);
+      std::cout << (as_json ? doc.dump() + "\n" : cli::render_report(doc));
+      return cli::kExitOk;
+    }
+    return show(watch, interval, as_json, ask({{"cmd", "report"}}), cli::render_report);
   }
   if (status->parsed())
     return show(false, 0, as_json, ask({{"cmd", "status"}}),

@@ -76,8 +76,8 @@ bool apply_topology(const std::string& path, analysis::Input& in, std::string& e
 }
 }  // namespace
 
-std::optional<nlohmann::json> analyze_file(const std::string& input, std::string format,
-                                           const std::string& topology, std::string& err) {
+std::optional<Analysed> analyze_recording(const std::string& input, std::string format,
+                                          const std::string& topology, std::string& err) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::exists(input, ec)) {
@@ -109,9 +109,15 @@ std::optional<nlohmann::json> analyze_file(const std::string& input, std::string
     }
     if (!topology.empty() && !apply_topology(topology, in, err)) return std::nullopt;
   }
-  auto r = analysis::analyze(in);
+  return Analysed{analysis::analyze(in), in.now_ns};
+}
+
+std::optional<nlohmann::json> analyze_file(const std::string& input, std::string format,
+                                           const std::string& topology, std::string& err) {
+  auto r = analyze_recording(input, std::move(format), topology, err);
+  if (!r) return std::nullopt;
   auto jobs = nlohmann::json::array();
-  for (const auto& j : r.jobs) jobs.push_back(analysis::full(j));
+  for (const auto& j : r->result.jobs) jobs.push_back(analysis::full(j));
   return nlohmann::json{{"jobs", jobs}};
 }
 

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analysis.hpp"
 #include "client.hpp"
 
 namespace netprism::cli {
@@ -16,6 +17,14 @@ namespace netprism::cli {
 // Returns the `analyze` document, or nullopt with a one-line error.
 std::optional<nlohmann::json> analyze_file(const std::string& input, std::string format,
                                            const std::string& topology, std::string& err);
+
+// The same, as analysed jobs plus the recording's "now" (its last event): for `report --input`.
+struct Analysed {
+  analysis::Result result;
+  uint64_t now_ns = 0;
+};
+std::optional<Analysed> analyze_recording(const std::string& input, std::string format,
+                                          const std::string& topology, std::string& err);
 
 // Writes a recording; returns a small summary document, or nullopt with err set.
 std::optional<nlohmann::json> record(const Client& client, const std::string& output, uint64_t since,

@@ -16,6 +16,8 @@ std::string render_jobs(const nlohmann::json& doc);
 std::string render_job(const nlohmann::json& doc);
 std::string render_timeline(const nlohmann::json& doc);
 std::string render_diagnosis(const nlohmann::json& doc);
+// `report`: one row per job, then fleet totals.
+std::string render_report(const nlohmann::json& doc);
 // `analyze`: every job with its parallelism, timeline summary and findings.
 std::string render_analysis(const nlohmann::json& doc);
 

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "cli/report.hpp"
 #include "log.hpp"
 
 namespace netprism::daemon {
@@ -92,6 +93,11 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
     auto jobs = nlohmann::json::array();
     for (const auto& j : snap->jobs) jobs.push_back(analysis::job_summary(j));
     return {{"jobs", jobs}, {"analysed_ns", snap->computed_ns}};
+  }
+  if (cmd == "report") {  // the fleet view (`netprism report`), computed here so only the summary travels
+    auto r = cli::fleet_report(snap->jobs, now);
+    r["analysed_ns"] = snap->computed_ns;
+    return r;
   }
   if (cmd == "job" || cmd == "timeline" || cmd == "diagnose" || cmd == "perfetto") {
     if (!req.contains("id") || !req["id"].is_string()) throw BadRequest("'id' must be a string");

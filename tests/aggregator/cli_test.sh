@@ -139,6 +139,43 @@ else bad "analyze csv exited $rc: $(cat "$work/err")"; fi
 run 1 analyze --input "$work/missing.csv"
 run 1 analyze --input "$work/f.csv" --format native
 
+# ---- report: fleet view, live (query endpoint) and offline (--input), both modes, errors ------------------
+rkeys="{'id','state','nodes','first_ns','last_ns','hours_observed','node_hours','iterations','median_step_ms','slow_iterations','time_lost_s','time_lost_share','stragglers','slow_links','hangs'}"
+lsum="all(abs(j['time_lost_s']['total'] - sum(v for k, v in j['time_lost_s'].items() if k != 'total')) < 1e-9 and min(j['time_lost_s'].values()) >= 0 and 0 <= j['time_lost_share'] <= 1 for j in d['jobs'])"
+run 0 report --json && {
+  jcheck "len(d['jobs']) == $njobs and all(set(j) >= $rkeys for j in d['jobs'])"
+  jcheck "set(d['fleet']) >= {'jobs','nodes','node_hours','node_hours_lost','stragglers','slow_links','hangs'} and d['fleet']['jobs'] == $njobs"
+  jcheck "$lsum"
+  jcheck "all(j['hours_observed'] >= 0 and j['median_step_ms'] >= 0 for j in d['jobs'])"
+}
+run 0 report && { ((njobs > 0)) && { tcheck "^JOB +STATE +NODES +OBSERVED"; tcheck "^fleet: $njobs jobs"; } || tcheck "no jobs"; }
+run 0 report --input "$work/data" --json && { jcheck "all(set(j) >= $rkeys for j in d['jobs'])"; jcheck "$lsum"; }
+run 0 report --input "$work/rec.db" && tcheck "JOB|no jobs"
+run 1 --aggregator tcp://127.0.0.1:$dead report
+run 1 --aggregator tcp://127.0.0.1:$dead report --json
+run 1 report --input "$work/missing.db"
+run 1 report --input "$work/f.csv" --format native
+run 2 report --format csv
+run 2 report --input "$work/data" --watch
+run 2 report --bogus
+# Recordings of real testbed runs (tests/e2e/samples): a healthy job loses nothing; an injected straggler is
+# listed with time lost to it; a hang is listed with the job hung.
+samples=$(cd "$(dirname "$0")/../e2e/samples" 2>/dev/null && pwd)
+for s in dp2pp2_1f1b straggler hang; do
+  if [[ ! -f $samples/$s/flows.csv.gz ]]; then bad "sample $s missing under $samples"; continue; fi
+  gzip -dc "$samples/$s/flows.csv.gz" >"$work/$s.csv"
+  run 0 report --input "$work/$s.csv" --topology "$samples/$s/topology.txt" --json || continue
+  jcheck "len(d['jobs']) == 1 and d['jobs'][0]['iterations'] > 5 and d['jobs'][0]['median_step_ms'] > 0 and $lsum"
+  case $s in
+    dp2pp2_1f1b) jcheck "d['jobs'][0]['time_lost_s']['total'] == 0 and d['jobs'][0]['stragglers'] == [] and d['jobs'][0]['state'] == 'ended'" ;;
+    straggler)
+      slow=$($py -c "import json; print([f['node'] for f in json.load(open('$samples/$s/run.json'))['faults'] if f['kind'] == 'straggler'][0])")
+      jcheck "d['jobs'][0]['stragglers'] == ['$slow'] and d['jobs'][0]['time_lost_s']['stragglers'] > 0 and d['fleet']['stragglers'] == 1" ;;
+    hang) jcheck "len(d['jobs'][0]['hangs']) == 1 and d['jobs'][0]['state'] == 'hung' and d['fleet']['hangs'] == 1" ;;
+  esac
+  run 0 report --input "$work/$s.csv" --topology "$samples/$s/topology.txt" && tcheck "^fleet: 1 jobs on 4 nodes"
+done
+
 # ---- usage errors: 2, one line ---------------------------------------------------------------------------------
 run 2 flows --limit abc
 run 2 flows --since x

@@ -365,7 +365,7 @@ def cmd_run(a):
                 print(f"testbed: warning: tcpdump on n{k}: {stats[c.node(k)]['tcpdump']}", file=sys.stderr)
         counters1 = {k: c.tx_bytes(k) for k in range(c.n)}
         for k in range(c.n):
-            stats[c.node(k)].update({"iface_tx_bytes": counters1[k][0] - counters0[k][0],
+            stats.setdefault(c.node(k), {}).update({"iface_tx_bytes": counters1[k][0] - counters0[k][0],
                                      "iface_tx_packets": counters1[k][1] - counters0[k][1]})
         manifest["capture"] = stats
     except BaseException:
