@@ -33,6 +33,9 @@ ap.add_argument("--flows", type=int, default=1, help="parallel TCP connections c
 ap.add_argument("--restart-agent", action="store_true",
                 help="during the outage, after the transfer: SIGTERM the agent (its unacknowledged batches go to "
                      "the spool) and start a new one, which must deliver the earlier run's batches")
+ap.add_argument("--unprivileged", action="store_true",
+                help="run the agent as the packaged unit does: a non-root user (nobody) with only the unit's "
+                     "ambient capabilities (CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON, CAP_SYS_RESOURCE), via setpriv")
 ap.add_argument("--memory-bytes", type=int, default=0,
                 help="agent's in-memory bound for unacknowledged batches (small: the outage goes to the disk spool)")
 args = ap.parse_args()
@@ -158,6 +161,19 @@ try:
             f.write(f"[spool]\nmemory_max_bytes = {args.memory_bytes}\n")
     agent_cmd = [args.agent, "--config", config, "--aggregator", f"tcp://{ip_b}:7470", "--node", "node-a",
                  "--iface", va, "--mode", args.mode, "--spool-dir", f"{tmp}/spool"]
+    if args.unprivileged:
+        # The unit's User= and AmbientCapabilities= (packaging/systemd/netprism-agent.service), nothing more.
+        # CAP_SYS_RESOURCE only raises RLIMIT_MEMLOCK on kernels < 5.11; where the machine's bounding set lacks
+        # it (some sandboxes), it cannot be granted and is not needed by this kernel.
+        bnd = int(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("CapBnd")), 16)
+        caps = "+bpf,+net_admin,+perfmon" + (",+sys_resource" if bnd >> 24 & 1 else "")
+        print(f"agent runs as uid 65534 with ambient capabilities {caps}", flush=True)
+        os.chmod(tmp, 0o755)
+        os.chmod(config, 0o644)
+        os.makedirs(f"{tmp}/spool", exist_ok=True)
+        os.chown(f"{tmp}/spool", 65534, 65534)
+        agent_cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", f"--inh-caps={caps}",
+                     f"--ambient-caps={caps}"] + agent_cmd
     agent = spawn(agent_cmd, ns_a, f"{tmp}/agent.log")
     deadline = time.time() + 30
     while time.time() < deadline:
