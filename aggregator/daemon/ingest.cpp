@@ -55,13 +55,18 @@ Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalys
 void Ingest::run(std::stop_token stop) {
   // First pass right at start: bounds changed in the config apply at once, not 30 s later.
   auto last_retention = std::chrono::steady_clock::now() - kRetentionEvery;
-  std::vector<Frame> group;
+  // Two-stage pipeline: while group `cur` (decoded) is applied and committed -- the fsync is mostly waiting
+  // on the disk -- the pool threads already decode and compress `next`. Groups are still applied strictly
+  // in arrival order, and each ACK still leaves only after the commit that made its batch durable.
+  std::vector<Frame> cur, next;
   while (!stop.stop_requested()) {
-    zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 1, std::chrono::milliseconds(100));
-    group.clear();
+    if (cur.empty()) {
+      zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0}};
+      zmq::poll(items, 1, std::chrono::milliseconds(100));
+    }
+    next.clear();
     std::size_t bytes = 0;
-    while (group.size() < kGroupMessages && bytes < kGroupBytes) {
+    while (next.size() < kGroupMessages && bytes < kGroupBytes) {
       Frame f;
       if (!router_.recv(f.identity, zmq::recv_flags::dontwait)) break;
       // A ROUTER message is identity + payload frames; read every frame so the next message starts clean.
@@ -71,22 +76,37 @@ void Ingest::run(std::stop_token stop) {
         if (++f.parts == 1) f.payload = std::move(part);
       }
       bytes += f.payload.size();
-      group.push_back(std::move(f));
+      next.push_back(std::move(f));
     }
-    if (!group.empty()) process(group);
+    if (!next.empty()) prepare(next);  // returns at once; the pool works on it
+    if (!cur.empty()) process(cur);
+    if (!next.empty()) pool_->finish();  // joins in on what the pool has not done yet
+    std::swap(cur, next);
     if (std::chrono::steady_clock::now() - last_retention >= kRetentionEvery) {
       last_retention = std::chrono::steady_clock::now();
       retention();
     }
   }
+  if (!cur.empty()) process(cur);  // decoded already; commit and answer it before stopping
+}
+
+void Ingest::prepare(std::vector<Frame>& group) {
+  // Decode and compress every message (pure per-message work; the rest stays in order in process()).
+  wire::DecodeLimits limits;
+  limits.max_message_bytes = static_cast<std::size_t>(s_.max_message_bytes);
+  const int level = static_cast<int>(s_.zstd_level);
+  pool_->start(group.size(), [&group, limits, level](std::size_t i) {
+    Frame& f = group[i];
+    if (f.parts != 1) return;
+    f.decoded = wire::decode(f.bytes(), limits);
+    if (f.decoded && f.decoded.message->type == MsgType::kBatch)
+      f.compress_failed = !store::zstd_compress_into(f.bytes(), level, f.compressed);
+  });
 }
 
 void Ingest::process(std::vector<Frame>& group) {
   static RateLimitedLog reject_log(kRejectLogPerSecond);
   const uint64_t now = now_unix_ns();
-  wire::DecodeLimits limits;
-  limits.max_message_bytes = static_cast<std::size_t>(s_.max_message_bytes);
-
   struct Reply {
     zmq::message_t* identity;
     std::string ack;
@@ -115,16 +135,6 @@ void Ingest::process(std::vector<Frame>& group) {
   auto known = [&](const std::string& node, uint64_t epoch) {
     return hello_here.count({node, epoch}) || reg_.known(node, epoch);
   };
-
-  // Decode and compress every message in parallel (pure per-message work); the rest stays in order.
-  pool_->parallel_for(group.size(), [&](std::size_t i) {
-    Frame& f = group[i];
-    if (f.parts != 1) return;
-    f.decoded = wire::decode(f.bytes(), limits);
-    if (f.decoded && f.decoded.message->type == MsgType::kBatch)
-      f.compress_failed =
-          !store::zstd_compress_into(f.bytes(), static_cast<int>(s_.zstd_level), f.compressed);
-  });
 
   bool committed = false;
   try {
