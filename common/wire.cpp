@@ -116,13 +116,14 @@ std::string envelope(MsgType t, Fn&& body) {
 
 // ---- decoding -------------------------------------------------------------------------------------------
 //
-// Two passes over the bytes, neither of which builds a msgpack object tree (the tree cost one zone object
-// per field -- 22 per flowlet -- and was the aggregator's largest single cost):
-//   1. validate(): walks the whole message once, enforcing the limits (declared sizes capped by the limits
-//      and by the input length, nesting depth, no ext types, no reserved bytes) and that exactly one object
-//      fills the input. Structural errors therefore win over field errors, as with a full unpack.
-//   2. a typed reader decodes the fields straight into the records, checking every type and range.
-// The reader still bounds-checks every access, so it never relies on pass 1 for memory safety.
+// One pass over the bytes that builds no msgpack object tree (the tree cost one zone object per field --
+// 22 per flowlet -- and was the aggregator's largest single cost): a typed cursor (Reader) decodes the
+// fields straight into the records, checking every type and range, and holds every container, string and
+// binary it opens to the limits (declared sizes capped by the limits and by the input length, nesting
+// depth); fields it does not know are skipped through validate_objects(), which enforces the same limits
+// and rejects ext types and reserved bytes. Only when the cursor fails does validate() walk the whole
+// message, so that a structural error anywhere wins over the field error, exactly as when the message was
+// unpacked in full before conversion.
 
 struct Failure : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -145,19 +146,20 @@ struct Limits {
   std::size_t array, map, str, bin, depth;
 };
 
-// Pass 1. Iterative (an explicit stack of "items still expected" per open container), so a hostile depth
-// never recurses; the stack is bounded by limits.depth.
-void validate(const uint8_t* p, std::size_t n, const Limits& lim) {
-  std::size_t off = 0;
-  std::vector<uint64_t> open{1};  // the root "container" holds exactly one object
+// Walks `count` whole objects starting at `off` inside containers already `base_depth` deep, enforcing
+// every limit; returns the offset after them. Iterative (an explicit stack of "items still expected" per
+// open container), so a hostile depth never recurses; the stack is bounded by limits.depth.
+std::size_t validate_objects(const uint8_t* p, std::size_t n, std::size_t off, uint64_t count,
+                             std::size_t base_depth, const Limits& lim) {
+  std::vector<uint64_t> open{count};
   open.reserve(std::min<std::size_t>(lim.depth, 64) + 1);
   auto need = [&](std::size_t k) {
     if (n - off < k) truncated();
   };
   auto container = [&](uint64_t items, uint64_t entries, std::size_t limit, const char* what) {
     if (entries > limit) overflow(what);
-    // The new container sits at nesting level open.size() (the root placeholder counts as level 0 + 1).
-    if (open.size() > lim.depth) throw Failure("nesting too deep");
+    // The new container sits at nesting level base_depth + open.size() (open[0] is the caller's level).
+    if (base_depth + open.size() > lim.depth) throw Failure("nesting too deep");
     open.push_back(items);
   };
   auto blob = [&](uint64_t size, std::size_t limit, const char* what) {
@@ -268,18 +270,28 @@ void validate(const uint8_t* p, std::size_t n, const Limits& lim) {
         throw Failure("malformed msgpack: parse error");
     }
   }
-  if (off != n) throw Failure("trailing bytes after the message");
+  return off;
 }
 
-// Pass 2: a cursor that decodes typed values. Every read is bounds-checked.
+// The whole message: exactly one object, within the limits.
+void validate(const uint8_t* p, std::size_t n, const Limits& lim) {
+  if (validate_objects(p, n, 0, 1, 0, lim) != n) throw Failure("trailing bytes after the message");
+}
+
+// The typed cursor. Every read is bounds-checked and every container/string/binary it opens is held to
+// the same limits (size, depth) as validate(); the fields it does not know are skipped through
+// validate_objects(). Containers are opened by fields()/array()/map() and closed by close().
 class Reader {
  public:
-  Reader(const uint8_t* p, std::size_t n) : p_(p), end_(p + n) {}
+  Reader(const uint8_t* p, std::size_t n, const Limits& lim) : begin_(p), p_(p), end_(p + n), lim_(lim) {}
+
+  bool at_end() const { return p_ == end_; }
 
   // An array header with at least `need` entries; returns the count (the caller skips the extras).
   uint32_t fields(std::size_t need, const char* what) {
     uint32_t k = 0;
     if (!try_array(k)) throw Failure(std::string(what) + ": expected array");
+    open(k, lim_.array, "array");
     if (k < need)
       throw Failure(std::string(what) + ": expected " + std::to_string(need) + " fields, got " +
                     std::to_string(k));
@@ -288,15 +300,24 @@ class Reader {
   uint32_t array(const char* what) {
     uint32_t k = 0;
     if (!try_array(k)) throw Failure(std::string(what) + ": expected array");
+    open(k, lim_.array, "array");
     return k;
   }
   uint32_t map(const char* what) {
     uint8_t c = byte();
-    if (c >= 0x80 && c <= 0x8f) return c & 0x0f;
-    if (c == 0xde) return static_cast<uint32_t>(take(2));
-    if (c == 0xdf) return static_cast<uint32_t>(take(4));
-    throw Failure(std::string(what) + ": expected map");
+    uint32_t k;
+    if (c >= 0x80 && c <= 0x8f)
+      k = c & 0x0f;
+    else if (c == 0xde)
+      k = static_cast<uint32_t>(take(2));
+    else if (c == 0xdf)
+      k = static_cast<uint32_t>(take(4));
+    else
+      throw Failure(std::string(what) + ": expected map");
+    open(k, lim_.map, "map");
+    return k;
   }
+  void close() { --depth_; }
 
   template <class T>
   T num(const char* what) {
@@ -346,6 +367,7 @@ class Reader {
     else
       throw Failure(std::string(what) + ": expected string");
     const uint8_t* s = body(k);
+    if (k > lim_.str) overflow("str");
     return {reinterpret_cast<const char*>(s), static_cast<std::size_t>(k)};
   }
   std::string str(const char* what) { return std::string(str_view(what)); }
@@ -360,70 +382,16 @@ class Reader {
     else if (c == 0xc6)
       k = take(4);
     if (k != n) throw Failure(std::string(what) + ": expected " + std::to_string(n) + "-byte binary");
-    std::memcpy(out, body(k), n);
+    const uint8_t* b = body(k);
+    if (k > lim_.bin) overflow("bin");
+    std::memcpy(out, b, n);
   }
 
-  // Skips `count` whole objects (trailing fields of a newer minor revision).
+  // Skips `count` whole objects (trailing fields of a newer minor revision), validating them.
   void skip(uint64_t count) {
-    while (count > 0) {
-      count--;
-      uint8_t c = byte();
-      if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3) continue;
-      if (c >= 0xa0 && c <= 0xbf) {
-        body(c & 0x1f);
-      } else if (c >= 0x90 && c <= 0x9f) {
-        count += c & 0x0f;
-      } else if (c >= 0x80 && c <= 0x8f) {
-        count += 2u * (c & 0x0f);
-      } else {
-        switch (c) {
-          case 0xcc:
-          case 0xd0:
-            body(1);
-            break;
-          case 0xcd:
-          case 0xd1:
-            body(2);
-            break;
-          case 0xce:
-          case 0xd2:
-          case 0xca:
-            body(4);
-            break;
-          case 0xcf:
-          case 0xd3:
-          case 0xcb:
-            body(8);
-            break;
-          case 0xd9:
-          case 0xc4:
-            body(take(1));
-            break;
-          case 0xda:
-          case 0xc5:
-            body(take(2));
-            break;
-          case 0xdb:
-          case 0xc6:
-            body(take(4));
-            break;
-          case 0xdc:
-            count += take(2);
-            break;
-          case 0xdd:
-            count += take(4);
-            break;
-          case 0xde:
-            count += 2 * take(2);
-            break;
-          case 0xdf:
-            count += 2 * take(4);
-            break;
-          default:
-            throw Failure("malformed msgpack: parse error");  // validate() rejects these first
-        }
-      }
-    }
+    if (count == 0) return;
+    const std::size_t n = static_cast<std::size_t>(end_ - begin_);
+    p_ = begin_ + validate_objects(begin_, n, static_cast<std::size_t>(p_ - begin_), count, depth_, lim_);
   }
 
  private:
@@ -516,8 +484,16 @@ class Reader {
     }
     return true;
   }
+  void open(uint64_t entries, std::size_t limit, const char* what) {
+    if (entries > limit) overflow(what);
+    if (depth_ + 1 > lim_.depth) throw Failure("nesting too deep");
+    ++depth_;
+  }
+  const uint8_t* begin_;
   const uint8_t* p_;
   const uint8_t* end_;
+  const Limits& lim_;
+  std::size_t depth_ = 0;  // containers open around the cursor
 };
 
 // Reads an array of at least `need` fields with fn, then skips the fields a newer revision appended.
@@ -526,14 +502,16 @@ void record(Reader& r, std::size_t need, const char* what, Fn&& fn) {
   uint32_t k = r.fields(need, what);
   fn();
   r.skip(k - need);
+  r.close();
 }
 
 template <class T, class Fn>
 std::vector<T> vec(Reader& r, const char* what, Fn&& each) {
   uint32_t k = r.array(what);
   std::vector<T> out;
-  out.reserve(k);  // bounded: validate() capped every declared size by the input length
+  out.reserve(k);  // bounded: array() capped the declared size by the input length
   for (uint32_t i = 0; i < k; ++i) out.push_back(each(r));
+  r.close();
   return out;
 }
 
@@ -544,6 +522,7 @@ Counters counters(Reader& r, const char* what) {
     std::string key = r.str(what);
     c[std::move(key)] = r.num<uint64_t>(what);
   }
+  r.close();
   return c;
 }
 
@@ -766,8 +745,7 @@ DecodeResult decode(std::string_view bytes, const DecodeLimits& limits) {
                    std::min(limits.max_str, n), std::min(limits.max_bin, n), limits.max_depth};
   const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
   try {
-    validate(p, n, lim);
-    Reader rd(p, n);
+    Reader rd(p, n, lim);
     uint32_t fields = rd.fields(3, "envelope");
     auto version = rd.num<uint32_t>("envelope.version");
     if (version != kWireSchemaVersion)
@@ -791,9 +769,18 @@ DecodeResult decode(std::string_view bytes, const DecodeLimits& limits) {
         throw Failure("unknown message type " + std::to_string(static_cast<uint32_t>(type)));
     }
     rd.skip(fields - 3);
+    rd.close();
+    if (!rd.at_end()) throw Failure("trailing bytes after the message");
   } catch (const Failure& e) {
     r.message.reset();
     r.error = e.what();
+    // Structural errors (truncation, limits, depth, malformed bytes, trailing bytes) anywhere in the
+    // message take precedence over the field error found first, as with a full unpack before conversion.
+    try {
+      validate(p, n, lim);
+    } catch (const Failure& structural) {
+      r.error = structural.what();
+    }
   } catch (const std::bad_alloc&) {
     r.message.reset();
     r.error = "message too large to decode";
