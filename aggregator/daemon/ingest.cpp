@@ -1,6 +1,7 @@
 #include "ingest.hpp"
 
 #include <chrono>
+#include <map>
 #include <set>
 
 #include "log.hpp"
@@ -28,6 +29,7 @@ struct Ingest::Frame {
   // Filled in parallel before the ordered, transactional part:
   wire::DecodeResult decoded;
   std::string compressed;  // zstd of the payload, for batches
+  store::BatchSpan span;   // of the batch
   bool compress_failed = false;
   std::string_view bytes() const { return {static_cast<const char*>(payload.data()), payload.size()}; }
 };
@@ -99,8 +101,10 @@ void Ingest::prepare(std::vector<Frame>& group) {
     Frame& f = group[i];
     if (f.parts != 1) return;
     f.decoded = wire::decode(f.bytes(), limits);
-    if (f.decoded && f.decoded.message->type == MsgType::kBatch)
+    if (f.decoded && f.decoded.message->type == MsgType::kBatch) {
       f.compress_failed = !store::zstd_compress_into(f.bytes(), level, f.compressed);
+      f.span = store::span_of(std::get<Batch>(f.decoded.message->body));
+    }
   });
 }
 
@@ -125,6 +129,14 @@ void Ingest::process(std::vector<Frame>& group) {
   std::vector<Reply> replies;
   std::vector<Applied> applied;
   std::set<std::pair<std::string, uint64_t>> hello_here;  // registered earlier in this same group
+  // The nodes table is updated once per node per group (not once per message): records add up, the
+  // latest counters win, last_seen is this group's time either way -- the same end state, in the same
+  // transaction, for a fraction of the UPDATEs and counter serialisations.
+  struct Touch {
+    uint64_t records = 0;
+    const Counters* counters = nullptr;  // points into the group's decoded messages
+  };
+  std::map<std::string, Touch> touches;
   uint64_t dups = 0, unknown = 0, group_bytes = 0;
 
   auto reject = [&](Frame& f, const std::string& reason, uint64_t epoch = 0, uint64_t seq = 0) {
@@ -173,9 +185,11 @@ void Ingest::process(std::vector<Frame>& group) {
             break;
           }
           if (f.compress_failed) throw store::SqliteError("zstd compression failed");
-          bool fresh = store_.insert_compressed(b, f.compressed, f.payload.size(), now);
-          uint64_t records = fresh ? store::span_of(b).records : 0;
-          store_.touch_node(b.node, now, records, &b.counters, std::nullopt);
+          bool fresh = store_.insert_compressed(b, f.span, f.compressed, f.payload.size(), now);
+          uint64_t records = fresh ? f.span.records : 0;
+          auto& t = touches[b.node];
+          t.records += records;
+          t.counters = &b.counters;
           if (!fresh) dups++;
           if (fresh) group_bytes += f.compressed.size();
           replies.push_back({&f.identity,
@@ -185,7 +199,7 @@ void Ingest::process(std::vector<Frame>& group) {
           Applied a;
           a.seen_node = b.node;
           a.sent_ns = b.sent_ns;
-          a.counters = std::move(b.counters);
+          a.counters = b.counters;  // b.counters stays for the node's touch below
           a.records = records;
           a.fresh = fresh;
           if (fresh) a.flowlets = std::move(b.flowlets);
@@ -203,11 +217,11 @@ void Ingest::process(std::vector<Frame>& group) {
                                false});
             break;
           }
-          store_.touch_node(h.node, now, 0, &h.counters, std::nullopt);
+          touches[h.node].counters = &h.counters;
           applied.emplace_back();
           applied.back().seen_node = h.node;
           applied.back().sent_ns = h.sent_ns;
-          applied.back().counters = std::move(h.counters);
+          applied.back().counters = h.counters;
           applied.back().heartbeat = true;
           break;
         }
@@ -216,6 +230,7 @@ void Ingest::process(std::vector<Frame>& group) {
           break;
       }
     }
+    for (const auto& [node, t] : touches) store_.touch_node(node, now, t.records, t.counters, std::nullopt);
     tx.commit();
     committed = true;
   } catch (const std::exception& e) {
