@@ -115,192 +115,564 @@ std::string envelope(MsgType t, Fn&& body) {
 }
 
 // ---- decoding -------------------------------------------------------------------------------------------
+//
+// One pass over the bytes that builds no msgpack object tree (the tree cost one zone object per field --
+// 22 per flowlet -- and was the aggregator's largest single cost): a typed cursor (Reader) decodes the
+// fields straight into the records, checking every type and range, and holds every container, string and
+// binary it opens to the limits (declared sizes capped by the limits and by the input length, nesting
+// depth); fields it does not know are skipped through validate_objects(), which enforces the same limits
+// and rejects ext types and reserved bytes. Only when the cursor fails does validate() walk the whole
+// message, so that a structural error anywhere wins over the field error, exactly as when the message was
+// unpacked in full before conversion.
 
 struct Failure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-const msgpack::object* fields(const msgpack::object& o, std::size_t need, const char* what) {
-  if (o.type != msgpack::type::ARRAY) throw Failure(std::string(what) + ": expected array");
-  if (o.via.array.size < need)
-    throw Failure(std::string(what) + ": expected " + std::to_string(need) + " fields, got " +
-                  std::to_string(o.via.array.size));
-  return o.via.array.ptr;
+[[noreturn]] void truncated() {
+  throw Failure("truncated message");
+}
+[[noreturn]] void overflow(const char* what) {
+  throw Failure(std::string("declared size exceeds the limit (") + what + " size overflow)");
 }
 
-template <class T>
-T num(const msgpack::object& o, const char* what) {
-  static_assert(std::is_integral_v<T>);
-  if constexpr (std::is_unsigned_v<T>) {
-    if (o.type != msgpack::type::POSITIVE_INTEGER)
-      throw Failure(std::string(what) + ": expected unsigned integer");
-    if (o.via.u64 > std::numeric_limits<T>::max()) throw Failure(std::string(what) + ": value out of range");
-    return static_cast<T>(o.via.u64);
-  } else {
-    if (o.type == msgpack::type::POSITIVE_INTEGER) {
-      if (o.via.u64 > static_cast<uint64_t>(std::numeric_limits<T>::max()))
-        throw Failure(std::string(what) + ": value out of range");
-      return static_cast<T>(o.via.u64);
+uint64_t be(const uint8_t* p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; ++i) v = (v << 8) | p[i];
+  return v;
+}
+
+struct Limits {
+  std::size_t array, map, str, bin, depth;
+};
+
+// Walks `count` whole objects starting at `off` inside containers already `base_depth` deep, enforcing
+// every limit; returns the offset after them. Iterative (an explicit stack of "items still expected" per
+// open container), so a hostile depth never recurses; the stack is bounded by limits.depth.
+std::size_t validate_objects(const uint8_t* p, std::size_t n, std::size_t off, uint64_t count,
+                             std::size_t base_depth, const Limits& lim) {
+  std::vector<uint64_t> open{count};
+  open.reserve(std::min<std::size_t>(lim.depth, 64) + 1);
+  auto need = [&](std::size_t k) {
+    if (n - off < k) truncated();
+  };
+  auto container = [&](uint64_t items, uint64_t entries, std::size_t limit, const char* what) {
+    if (entries > limit) overflow(what);
+    // The new container sits at nesting level base_depth + open.size() (open[0] is the caller's level).
+    if (base_depth + open.size() > lim.depth) throw Failure("nesting too deep");
+    open.push_back(items);
+  };
+  auto blob = [&](uint64_t size, std::size_t limit, const char* what) {
+    need(size);  // a truncated body is reported as truncation, whatever it declares
+    if (size > limit) overflow(what);
+    off += size;
+  };
+  while (!open.empty()) {
+    if (open.back() == 0) {
+      open.pop_back();
+      continue;
     }
-    if (o.type != msgpack::type::NEGATIVE_INTEGER) throw Failure(std::string(what) + ": expected integer");
-    if (o.via.i64 < static_cast<int64_t>(std::numeric_limits<T>::min()))
-      throw Failure(std::string(what) + ": value out of range");
-    return static_cast<T>(o.via.i64);
+    open.back()--;
+    need(1);
+    const uint8_t c = p[off++];
+    if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3) continue;  // fixints, nil, bool
+    if (c >= 0xa0 && c <= 0xbf) {
+      blob(c & 0x1f, lim.str, "str");
+      continue;
+    }
+    if (c >= 0x90 && c <= 0x9f) {
+      container(c & 0x0f, c & 0x0f, lim.array, "array");
+      continue;
+    }
+    if (c >= 0x80 && c <= 0x8f) {
+      container(2u * (c & 0x0f), c & 0x0f, lim.map, "map");
+      continue;
+    }
+    switch (c) {
+      case 0xcc:
+      case 0xd0:
+        need(1);
+        off += 1;
+        break;
+      case 0xcd:
+      case 0xd1:
+        need(2);
+        off += 2;
+        break;
+      case 0xce:
+      case 0xd2:
+      case 0xca:
+        need(4);
+        off += 4;
+        break;
+      case 0xcf:
+      case 0xd3:
+      case 0xcb:
+        need(8);
+        off += 8;
+        break;
+      case 0xd9:
+      case 0xc4:
+        need(1);
+        off += 1;
+        blob(p[off - 1], c == 0xd9 ? lim.str : lim.bin, c == 0xd9 ? "str" : "bin");
+        break;
+      case 0xda:
+      case 0xc5:
+        need(2);
+        off += 2;
+        blob(be(p + off - 2, 2), c == 0xda ? lim.str : lim.bin, c == 0xda ? "str" : "bin");
+        break;
+      case 0xdb:
+      case 0xc6:
+        need(4);
+        off += 4;
+        blob(be(p + off - 4, 4), c == 0xdb ? lim.str : lim.bin, c == 0xdb ? "str" : "bin");
+        break;
+      case 0xdc: {
+        need(2);
+        uint64_t k = be(p + off, 2);
+        off += 2;
+        container(k, k, lim.array, "array");
+        break;
+      }
+      case 0xdd: {
+        need(4);
+        uint64_t k = be(p + off, 4);
+        off += 4;
+        container(k, k, lim.array, "array");
+        break;
+      }
+      case 0xde: {
+        need(2);
+        uint64_t k = be(p + off, 2);
+        off += 2;
+        container(2 * k, k, lim.map, "map");
+        break;
+      }
+      case 0xdf: {
+        need(4);
+        uint64_t k = be(p + off, 4);
+        off += 4;
+        container(2 * k, k, lim.map, "map");
+        break;
+      }
+      case 0xc7:
+      case 0xc8:
+      case 0xc9:
+      case 0xd4:
+      case 0xd5:
+      case 0xd6:
+      case 0xd7:
+      case 0xd8:
+        overflow("ext");  // no netprism message uses ext types (the ext limit is 0)
+      default:            // 0xc1: never used by msgpack
+        throw Failure("malformed msgpack: parse error");
+    }
   }
+  return off;
 }
 
-bool boolean(const msgpack::object& o, const char* what) {
-  if (o.type != msgpack::type::BOOLEAN) throw Failure(std::string(what) + ": expected boolean");
-  return o.via.boolean;
+// The whole message: exactly one object, within the limits.
+void validate(const uint8_t* p, std::size_t n, const Limits& lim) {
+  if (validate_objects(p, n, 0, 1, 0, lim) != n) throw Failure("trailing bytes after the message");
 }
 
-std::string str(const msgpack::object& o, const char* what) {
-  if (o.type != msgpack::type::STR) throw Failure(std::string(what) + ": expected string");
-  return std::string(o.via.str.ptr, o.via.str.size);
-}
+// The typed cursor. Every read is bounds-checked and every container/string/binary it opens is held to
+// the same limits (size, depth) as validate(); the fields it does not know are skipped through
+// validate_objects(). Containers are opened by fields()/array()/map() and closed by close().
+class Reader {
+ public:
+  Reader(const uint8_t* p, std::size_t n, const Limits& lim) : begin_(p), p_(p), end_(p + n), lim_(lim) {}
 
-void bin_fixed(const msgpack::object& o, uint8_t* out, std::size_t n, const char* what) {
-  if (o.type != msgpack::type::BIN || o.via.bin.size != n)
-    throw Failure(std::string(what) + ": expected " + std::to_string(n) + "-byte binary");
-  std::memcpy(out, o.via.bin.ptr, n);
+  bool at_end() const { return p_ == end_; }
+
+  // An array header with at least `need` entries; returns the count (the caller skips the extras).
+  uint32_t fields(std::size_t need, const char* what) {
+    uint32_t k = 0;
+    if (!try_array(k)) throw Failure(std::string(what) + ": expected array");
+    open(k, lim_.array, "array");
+    if (k < need)
+      throw Failure(std::string(what) + ": expected " + std::to_string(need) + " fields, got " +
+                    std::to_string(k));
+    return k;
+  }
+  uint32_t array(const char* what) {
+    uint32_t k = 0;
+    if (!try_array(k)) throw Failure(std::string(what) + ": expected array");
+    open(k, lim_.array, "array");
+    return k;
+  }
+  uint32_t map(const char* what) {
+    uint8_t c = byte();
+    uint32_t k;
+    if (c >= 0x80 && c <= 0x8f)
+      k = c & 0x0f;
+    else if (c == 0xde)
+      k = static_cast<uint32_t>(take(2));
+    else if (c == 0xdf)
+      k = static_cast<uint32_t>(take(4));
+    else
+      throw Failure(std::string(what) + ": expected map");
+    open(k, lim_.map, "map");
+    return k;
+  }
+  void close() { --depth_; }
+
+  template <class T>
+  T num(const char* what) {
+    static_assert(std::is_integral_v<T>);
+    bool neg = false;
+    uint64_t u = 0;
+    int64_t i = 0;
+    if (!integer(neg, u, i)) {
+      if constexpr (std::is_unsigned_v<T>)
+        throw Failure(std::string(what) + ": expected unsigned integer");
+      else
+        throw Failure(std::string(what) + ": expected integer");
+    }
+    if constexpr (std::is_unsigned_v<T>) {
+      if (neg) throw Failure(std::string(what) + ": expected unsigned integer");
+      if (u > std::numeric_limits<T>::max()) throw Failure(std::string(what) + ": value out of range");
+      return static_cast<T>(u);
+    } else {
+      if (!neg) {
+        if (u > static_cast<uint64_t>(std::numeric_limits<T>::max()))
+          throw Failure(std::string(what) + ": value out of range");
+        return static_cast<T>(u);
+      }
+      if (i < static_cast<int64_t>(std::numeric_limits<T>::min()))
+        throw Failure(std::string(what) + ": value out of range");
+      return static_cast<T>(i);
+    }
+  }
+
+  bool boolean(const char* what) {
+    uint8_t c = byte();
+    if (c == 0xc2 || c == 0xc3) return c == 0xc3;
+    throw Failure(std::string(what) + ": expected boolean");
+  }
+
+  std::string_view str_view(const char* what) {
+    uint8_t c = byte();
+    uint64_t k;
+    if (c >= 0xa0 && c <= 0xbf)
+      k = c & 0x1f;
+    else if (c == 0xd9)
+      k = take(1);
+    else if (c == 0xda)
+      k = take(2);
+    else if (c == 0xdb)
+      k = take(4);
+    else
+      throw Failure(std::string(what) + ": expected string");
+    const uint8_t* s = body(k);
+    if (k > lim_.str) overflow("str");
+    return {reinterpret_cast<const char*>(s), static_cast<std::size_t>(k)};
+  }
+  std::string str(const char* what) { return std::string(str_view(what)); }
+
+  void bin_fixed(uint8_t* out, std::size_t n, const char* what) {
+    uint8_t c = byte();
+    uint64_t k = UINT64_MAX;
+    if (c == 0xc4)
+      k = take(1);
+    else if (c == 0xc5)
+      k = take(2);
+    else if (c == 0xc6)
+      k = take(4);
+    if (k != n) throw Failure(std::string(what) + ": expected " + std::to_string(n) + "-byte binary");
+    const uint8_t* b = body(k);
+    if (k > lim_.bin) overflow("bin");
+    std::memcpy(out, b, n);
+  }
+
+  // Skips `count` whole objects (trailing fields of a newer minor revision), validating them.
+  void skip(uint64_t count) {
+    if (count == 0) return;
+    const std::size_t n = static_cast<std::size_t>(end_ - begin_);
+    p_ = begin_ + validate_objects(begin_, n, static_cast<std::size_t>(p_ - begin_), count, depth_, lim_);
+  }
+
+ private:
+  uint8_t byte() {
+    if (p_ == end_) truncated();
+    return *p_++;
+  }
+  const uint8_t* body(uint64_t k) {
+    if (static_cast<uint64_t>(end_ - p_) < k) truncated();
+    const uint8_t* s = p_;
+    p_ += k;
+    return s;
+  }
+  uint64_t take(int k) { return be(body(static_cast<uint64_t>(k)), k); }
+  bool try_array(uint32_t& k) {
+    if (p_ == end_) truncated();
+    uint8_t c = *p_;
+    if (c >= 0x90 && c <= 0x9f) {
+      ++p_;
+      k = c & 0x0f;
+    } else if (c == 0xdc) {
+      ++p_;
+      k = static_cast<uint32_t>(take(2));
+    } else if (c == 0xdd) {
+      ++p_;
+      k = static_cast<uint32_t>(take(4));
+    } else {
+      return false;
+    }
+    return true;
+  }
+  // msgpack integers: positive fixint / uint8..64 are unsigned; negative fixint / int8..64 are negative
+  // only when their value is (a non-negative intN counts as unsigned, as msgpack-c treats it).
+  bool integer(bool& neg, uint64_t& u, int64_t& i) {
+    if (p_ == end_) truncated();
+    uint8_t c = *p_;
+    if (c <= 0x7f) {
+      ++p_;
+      u = c;
+      return true;
+    }
+    if (c >= 0xe0) {
+      ++p_;
+      neg = true;
+      i = static_cast<int8_t>(c);
+      return true;
+    }
+    int64_t s;
+    switch (c) {
+      case 0xcc:
+        ++p_;
+        u = take(1);
+        return true;
+      case 0xcd:
+        ++p_;
+        u = take(2);
+        return true;
+      case 0xce:
+        ++p_;
+        u = take(4);
+        return true;
+      case 0xcf:
+        ++p_;
+        u = take(8);
+        return true;
+      case 0xd0:
+        ++p_;
+        s = static_cast<int8_t>(take(1));
+        break;
+      case 0xd1:
+        ++p_;
+        s = static_cast<int16_t>(take(2));
+        break;
+      case 0xd2:
+        ++p_;
+        s = static_cast<int32_t>(take(4));
+        break;
+      case 0xd3:
+        ++p_;
+        s = static_cast<int64_t>(take(8));
+        break;
+      default:
+        return false;
+    }
+    if (s >= 0) {
+      u = static_cast<uint64_t>(s);
+    } else {
+      neg = true;
+      i = s;
+    }
+    return true;
+  }
+  void open(uint64_t entries, std::size_t limit, const char* what) {
+    if (entries > limit) overflow(what);
+    if (depth_ + 1 > lim_.depth) throw Failure("nesting too deep");
+    ++depth_;
+  }
+  const uint8_t* begin_;
+  const uint8_t* p_;
+  const uint8_t* end_;
+  const Limits& lim_;
+  std::size_t depth_ = 0;  // containers open around the cursor
+};
+
+// Reads an array of at least `need` fields with fn, then skips the fields a newer revision appended.
+template <class Fn>
+void record(Reader& r, std::size_t need, const char* what, Fn&& fn) {
+  uint32_t k = r.fields(need, what);
+  fn();
+  r.skip(k - need);
+  r.close();
 }
 
 template <class T, class Fn>
-std::vector<T> vec(const msgpack::object& o, const char* what, Fn&& each) {
-  if (o.type != msgpack::type::ARRAY) throw Failure(std::string(what) + ": expected array");
+std::vector<T> vec(Reader& r, const char* what, Fn&& each) {
+  uint32_t k = r.array(what);
   std::vector<T> out;
-  out.reserve(o.via.array.size);  // bounded: the unpacker capped this by the input length
-  for (uint32_t i = 0; i < o.via.array.size; ++i) out.push_back(each(o.via.array.ptr[i]));
+  out.reserve(k);  // bounded: array() capped the declared size by the input length
+  for (uint32_t i = 0; i < k; ++i) out.push_back(each(r));
+  r.close();
   return out;
 }
 
-Counters counters(const msgpack::object& o, const char* what) {
-  if (o.type != msgpack::type::MAP) throw Failure(std::string(what) + ": expected map");
+Counters counters(Reader& r, const char* what) {
+  uint32_t k = r.map(what);
   Counters c;
-  for (uint32_t i = 0; i < o.via.map.size; ++i)
-    c[str(o.via.map.ptr[i].key, what)] = num<uint64_t>(o.via.map.ptr[i].val, what);
+  for (uint32_t i = 0; i < k; ++i) {
+    std::string key = r.str(what);
+    c[std::move(key)] = r.num<uint64_t>(what);
+  }
+  r.close();
   return c;
 }
 
-Flowlet flowlet(const msgpack::object& o) {
-  const auto* f = fields(o, 18, "flowlet");
-  Flowlet r{};
-  bin_fixed(f[0], r.key.saddr, sizeof r.key.saddr, "flowlet.saddr");
-  bin_fixed(f[1], r.key.daddr, sizeof r.key.daddr, "flowlet.daddr");
-  r.key.ifindex = num<uint32_t>(f[2], "flowlet.ifindex");
-  r.key.sport = num<uint16_t>(f[3], "flowlet.sport");
-  r.key.dport = num<uint16_t>(f[4], "flowlet.dport");
-  r.key.qpn = num<uint32_t>(f[5], "flowlet.qpn");
-  r.key.proto = num<uint8_t>(f[6], "flowlet.proto");
-  if (r.key.proto < NP_PROTO_TCP || r.key.proto > NP_PROTO_ROCE)
-    throw Failure("flowlet.proto: unknown protocol");
-  r.key.dir = num<uint8_t>(f[7], "flowlet.dir");
-  if (r.key.dir > NP_DIR_EGRESS) throw Failure("flowlet.dir: unknown direction");
-  r.key.family = num<uint8_t>(f[8], "flowlet.family");
-  if (r.key.family != 4 && r.key.family != 6) throw Failure("flowlet.family: must be 4 or 6");
-  r.first_ns = num<uint64_t>(f[9], "flowlet.first_ns");
-  r.last_ns = num<uint64_t>(f[10], "flowlet.last_ns");
-  if (r.last_ns < r.first_ns) throw Failure("flowlet: last_ns before first_ns");
-  r.packets = num<uint64_t>(f[11], "flowlet.packets");
-  r.bytes = num<uint64_t>(f[12], "flowlet.bytes");
-  r.payload_bytes = num<uint64_t>(f[13], "flowlet.payload_bytes");
-  const auto* ops = fields(f[14], NP_ROCE_CLASSES, "flowlet.roce_ops");
-  for (int i = 0; i < NP_ROCE_CLASSES; ++i) r.roce_ops[i] = num<uint32_t>(ops[i], "flowlet.roce_ops");
-  r.last_psn = num<uint32_t>(f[15], "flowlet.last_psn");
-  r.tcp_flags = num<uint16_t>(f[16], "flowlet.tcp_flags");
-  r.end_reason = num<uint8_t>(f[17], "flowlet.end_reason");
-  return r;
+Flowlet flowlet(Reader& r) {
+  Flowlet f{};
+  record(r, 18, "flowlet", [&] {
+    r.bin_fixed(f.key.saddr, sizeof f.key.saddr, "flowlet.saddr");
+    r.bin_fixed(f.key.daddr, sizeof f.key.daddr, "flowlet.daddr");
+    f.key.ifindex = r.num<uint32_t>("flowlet.ifindex");
+    f.key.sport = r.num<uint16_t>("flowlet.sport");
+    f.key.dport = r.num<uint16_t>("flowlet.dport");
+    f.key.qpn = r.num<uint32_t>("flowlet.qpn");
+    f.key.proto = r.num<uint8_t>("flowlet.proto");
+    if (f.key.proto < NP_PROTO_TCP || f.key.proto > NP_PROTO_ROCE)
+      throw Failure("flowlet.proto: unknown protocol");
+    f.key.dir = r.num<uint8_t>("flowlet.dir");
+    if (f.key.dir > NP_DIR_EGRESS) throw Failure("flowlet.dir: unknown direction");
+    f.key.family = r.num<uint8_t>("flowlet.family");
+    if (f.key.family != 4 && f.key.family != 6) throw Failure("flowlet.family: must be 4 or 6");
+    f.first_ns = r.num<uint64_t>("flowlet.first_ns");
+    f.last_ns = r.num<uint64_t>("flowlet.last_ns");
+    if (f.last_ns < f.first_ns) throw Failure("flowlet: last_ns before first_ns");
+    f.packets = r.num<uint64_t>("flowlet.packets");
+    f.bytes = r.num<uint64_t>("flowlet.bytes");
+    f.payload_bytes = r.num<uint64_t>("flowlet.payload_bytes");
+    record(r, NP_ROCE_CLASSES, "flowlet.roce_ops", [&] {
+      for (int i = 0; i < NP_ROCE_CLASSES; ++i) f.roce_ops[i] = r.num<uint32_t>("flowlet.roce_ops");
+    });
+    f.last_psn = r.num<uint32_t>("flowlet.last_psn");
+    f.tcp_flags = r.num<uint16_t>("flowlet.tcp_flags");
+    f.end_reason = r.num<uint8_t>("flowlet.end_reason");
+  });
+  return f;
 }
 
-RdmaCounterSample rdma_sample(const msgpack::object& o) {
-  const auto* f = fields(o, 8, "rdma_sample");
-  return {str(f[0], "rdma_sample.device"),
-          num<uint32_t>(f[1], "rdma_sample.port"),
-          num<uint64_t>(f[2], "rdma_sample.ts_ns"),
-          num<uint64_t>(f[3], "rdma_sample.xmit_bytes"),
-          num<uint64_t>(f[4], "rdma_sample.rcv_bytes"),
-          num<uint64_t>(f[5], "rdma_sample.xmit_packets"),
-          num<uint64_t>(f[6], "rdma_sample.rcv_packets"),
-          counters(f[7], "rdma_sample.hw")};
+RdmaCounterSample rdma_sample(Reader& r) {
+  RdmaCounterSample s;
+  record(r, 8, "rdma_sample", [&] {
+    s.device = r.str("rdma_sample.device");
+    s.port = r.num<uint32_t>("rdma_sample.port");
+    s.ts_ns = r.num<uint64_t>("rdma_sample.ts_ns");
+    s.xmit_bytes = r.num<uint64_t>("rdma_sample.xmit_bytes");
+    s.rcv_bytes = r.num<uint64_t>("rdma_sample.rcv_bytes");
+    s.xmit_packets = r.num<uint64_t>("rdma_sample.xmit_packets");
+    s.rcv_packets = r.num<uint64_t>("rdma_sample.rcv_packets");
+    s.hw = counters(r, "rdma_sample.hw");
+  });
+  return s;
 }
 
-RdmaPortBurst rdma_burst(const msgpack::object& o) {
-  const auto* f = fields(o, 8, "rdma_burst");
-  RdmaPortBurst b{str(f[0], "rdma_burst.device"),
-                  num<uint32_t>(f[1], "rdma_burst.port"),
-                  num<uint64_t>(f[2], "rdma_burst.first_ns"),
-                  num<uint64_t>(f[3], "rdma_burst.last_ns"),
-                  num<uint64_t>(f[4], "rdma_burst.xmit_bytes"),
-                  num<uint64_t>(f[5], "rdma_burst.rcv_bytes"),
-                  num<uint64_t>(f[6], "rdma_burst.xmit_packets"),
-                  num<uint64_t>(f[7], "rdma_burst.rcv_packets")};
+RdmaPortBurst rdma_burst(Reader& r) {
+  RdmaPortBurst b;
+  record(r, 8, "rdma_burst", [&] {
+    b.device = r.str("rdma_burst.device");
+    b.port = r.num<uint32_t>("rdma_burst.port");
+    b.first_ns = r.num<uint64_t>("rdma_burst.first_ns");
+    b.last_ns = r.num<uint64_t>("rdma_burst.last_ns");
+    b.xmit_bytes = r.num<uint64_t>("rdma_burst.xmit_bytes");
+    b.rcv_bytes = r.num<uint64_t>("rdma_burst.rcv_bytes");
+    b.xmit_packets = r.num<uint64_t>("rdma_burst.xmit_packets");
+    b.rcv_packets = r.num<uint64_t>("rdma_burst.rcv_packets");
+  });
   if (b.last_ns < b.first_ns) throw Failure("rdma_burst: last_ns before first_ns");
   return b;
 }
 
-QpEntry qp(const msgpack::object& o) {
-  const auto* f = fields(o, 10, "qp");
-  return {str(f[0], "qp.device"),         num<uint32_t>(f[1], "qp.port"),
-          num<uint32_t>(f[2], "qp.lqpn"), num<uint32_t>(f[3], "qp.rqpn"),
-          str(f[4], "qp.type"),           str(f[5], "qp.state"),
-          str(f[6], "qp.src_addr"),       str(f[7], "qp.dst_addr"),
-          num<uint32_t>(f[8], "qp.pid"),  str(f[9], "qp.comm")};
+QpEntry qp(Reader& r) {
+  QpEntry q;
+  record(r, 10, "qp", [&] {
+    q.device = r.str("qp.device");
+    q.port = r.num<uint32_t>("qp.port");
+    q.lqpn = r.num<uint32_t>("qp.lqpn");
+    q.rqpn = r.num<uint32_t>("qp.rqpn");
+    q.type = r.str("qp.type");
+    q.state = r.str("qp.state");
+    q.src_addr = r.str("qp.src_addr");
+    q.dst_addr = r.str("qp.dst_addr");
+    q.pid = r.num<uint32_t>("qp.pid");
+    q.comm = r.str("qp.comm");
+  });
+  return q;
 }
 
-InterfaceInfo iface(const msgpack::object& o) {
-  const auto* f = fields(o, 3, "interface");
-  return {str(f[0], "interface.name"), num<uint32_t>(f[1], "interface.ifindex"),
-          vec<std::string>(f[2], "interface.addrs",
-                           [](const msgpack::object& a) { return str(a, "interface.addr"); })};
+InterfaceInfo iface(Reader& r) {
+  InterfaceInfo i;
+  record(r, 3, "interface", [&] {
+    i.name = r.str("interface.name");
+    i.ifindex = r.num<uint32_t>("interface.ifindex");
+    i.addrs = vec<std::string>(r, "interface.addrs", [](Reader& a) { return a.str("interface.addr"); });
+  });
+  return i;
 }
 
-Hello hello(const msgpack::object& o) {
-  const auto* f = fields(o, 6, "hello");
+Hello hello(Reader& r) {
   Hello h;
-  h.node = str(f[0], "hello.node");
-  if (h.node.empty()) throw Failure("hello.node: empty node name");
-  h.agent_version = str(f[1], "hello.agent_version");
-  h.epoch = num<uint64_t>(f[2], "hello.epoch");
-  h.interfaces = vec<InterfaceInfo>(f[3], "hello.interfaces", iface);
-  const auto* c = fields(f[4], 3, "hello.clock");
-  h.clock = {str(c[0], "hello.clock.source"), boolean(c[1], "hello.clock.synced"),
-             num<int64_t>(c[2], "hello.clock.est_error_ns")};
-  h.sent_ns = num<uint64_t>(f[5], "hello.sent_ns");
+  record(r, 6, "hello", [&] {
+    h.node = r.str("hello.node");
+    if (h.node.empty()) throw Failure("hello.node: empty node name");
+    h.agent_version = r.str("hello.agent_version");
+    h.epoch = r.num<uint64_t>("hello.epoch");
+    h.interfaces = vec<InterfaceInfo>(r, "hello.interfaces", iface);
+    record(r, 3, "hello.clock", [&] {
+      h.clock.source = r.str("hello.clock.source");
+      h.clock.synced = r.boolean("hello.clock.synced");
+      h.clock.est_error_ns = r.num<int64_t>("hello.clock.est_error_ns");
+    });
+    h.sent_ns = r.num<uint64_t>("hello.sent_ns");
+  });
   return h;
 }
 
-Batch batch(const msgpack::object& o) {
-  const auto* f = fields(o, 9, "batch");
+Batch batch(Reader& r) {
   Batch b;
-  b.node = str(f[0], "batch.node");
-  b.epoch = num<uint64_t>(f[1], "batch.epoch");
-  b.seq = num<uint64_t>(f[2], "batch.seq");
-  b.sent_ns = num<uint64_t>(f[3], "batch.sent_ns");
-  b.flowlets = vec<Flowlet>(f[4], "batch.flowlets", flowlet);
-  b.rdma_samples = vec<RdmaCounterSample>(f[5], "batch.rdma_samples", rdma_sample);
-  b.rdma_bursts = vec<RdmaPortBurst>(f[6], "batch.rdma_bursts", rdma_burst);
-  b.qps = vec<QpEntry>(f[7], "batch.qps", qp);
-  b.counters = counters(f[8], "batch.counters");
+  record(r, 9, "batch", [&] {
+    b.node = r.str("batch.node");
+    b.epoch = r.num<uint64_t>("batch.epoch");
+    b.seq = r.num<uint64_t>("batch.seq");
+    b.sent_ns = r.num<uint64_t>("batch.sent_ns");
+    b.flowlets = vec<Flowlet>(r, "batch.flowlets", flowlet);
+    b.rdma_samples = vec<RdmaCounterSample>(r, "batch.rdma_samples", rdma_sample);
+    b.rdma_bursts = vec<RdmaPortBurst>(r, "batch.rdma_bursts", rdma_burst);
+    b.qps = vec<QpEntry>(r, "batch.qps", qp);
+    b.counters = counters(r, "batch.counters");
+  });
   return b;
 }
 
-Ack ack(const msgpack::object& o) {
-  const auto* f = fields(o, 5, "ack");
+Ack ack(Reader& r) {
   Ack a;
-  a.epoch = num<uint64_t>(f[0], "ack.epoch");
-  a.seq = num<uint64_t>(f[1], "ack.seq");
-  auto st = num<uint32_t>(f[2], "ack.status");
-  if (st > static_cast<uint32_t>(AckStatus::kHelloOk)) throw Failure("ack.status: unknown status");
-  a.status = static_cast<AckStatus>(st);
-  a.reason = str(f[3], "ack.reason");
-  a.server_ns = num<uint64_t>(f[4], "ack.server_ns");
+  record(r, 5, "ack", [&] {
+    a.epoch = r.num<uint64_t>("ack.epoch");
+    a.seq = r.num<uint64_t>("ack.seq");
+    auto st = r.num<uint32_t>("ack.status");
+    if (st > static_cast<uint32_t>(AckStatus::kHelloOk)) throw Failure("ack.status: unknown status");
+    a.status = static_cast<AckStatus>(st);
+    a.reason = r.str("ack.reason");
+    a.server_ns = r.num<uint64_t>("ack.server_ns");
+  });
   return a;
 }
 
-Heartbeat heartbeat(const msgpack::object& o) {
-  const auto* f = fields(o, 4, "heartbeat");
-  return {str(f[0], "heartbeat.node"), num<uint64_t>(f[1], "heartbeat.epoch"),
-          num<uint64_t>(f[2], "heartbeat.sent_ns"), counters(f[3], "heartbeat.counters")};
+Heartbeat heartbeat(Reader& r) {
+  Heartbeat h;
+  record(r, 4, "heartbeat", [&] {
+    h.node = r.str("heartbeat.node");
+    h.epoch = r.num<uint64_t>("heartbeat.epoch");
+    h.sent_ns = r.num<uint64_t>("heartbeat.sent_ns");
+    h.counters = counters(r, "heartbeat.counters");
+  });
+  return h;
 }
 
 }  // namespace
@@ -367,51 +739,53 @@ DecodeResult decode(std::string_view bytes, const DecodeLimits& limits) {
     return r;
   }
   // Every element of a container takes at least one byte of input (a map entry two), so capping the
-  // declared sizes by the input length bounds every allocation the unpacker makes by the message size.
+  // declared sizes by the input length bounds every allocation the decoder makes by the message size.
   const std::size_t n = bytes.size();
-  msgpack::unpack_limit lim(std::min(limits.max_array, n), std::min(limits.max_map, n / 2),
-                            std::min(limits.max_str, n), std::min(limits.max_bin, n), /*ext=*/0,
-                            limits.max_depth);
+  const Limits lim{std::min(limits.max_array, n), std::min(limits.max_map, n / 2),
+                   std::min(limits.max_str, n), std::min(limits.max_bin, n), limits.max_depth};
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
   try {
-    std::size_t off = 0;
-    msgpack::object_handle oh = msgpack::unpack(bytes.data(), bytes.size(), off, nullptr, nullptr, lim);
-    if (off != bytes.size()) throw Failure("trailing bytes after the message");
-    const auto* env = fields(oh.get(), 3, "envelope");
-    auto version = num<uint32_t>(env[0], "envelope.version");
+    Reader rd(p, n, lim);
+    uint32_t fields = rd.fields(3, "envelope");
+    auto version = rd.num<uint32_t>("envelope.version");
     if (version != kWireSchemaVersion)
       throw Failure("unsupported schema version " + std::to_string(version) + " (this build speaks " +
                     std::to_string(kWireSchemaVersion) + ")");
-    auto type = static_cast<MsgType>(num<uint32_t>(env[1], "envelope.type"));
+    auto type = static_cast<MsgType>(rd.num<uint32_t>("envelope.type"));
     switch (type) {
       case MsgType::kHello:
-        r.message = Message{type, hello(env[2])};
+        r.message = Message{type, hello(rd)};
         break;
       case MsgType::kBatch:
-        r.message = Message{type, batch(env[2])};
+        r.message = Message{type, batch(rd)};
         break;
       case MsgType::kAck:
-        r.message = Message{type, ack(env[2])};
+        r.message = Message{type, ack(rd)};
         break;
       case MsgType::kHeartbeat:
-        r.message = Message{type, heartbeat(env[2])};
+        r.message = Message{type, heartbeat(rd)};
         break;
       default:
         throw Failure("unknown message type " + std::to_string(static_cast<uint32_t>(type)));
     }
+    rd.skip(fields - 3);
+    rd.close();
+    if (!rd.at_end()) throw Failure("trailing bytes after the message");
   } catch (const Failure& e) {
     r.message.reset();
     r.error = e.what();
-  } catch (const msgpack::insufficient_bytes&) {
-    r.error = "truncated message";
-  } catch (const msgpack::depth_size_overflow&) {  // before size_overflow: it derives from it
-    r.error = "nesting too deep";
-  } catch (const msgpack::size_overflow& e) {
-    r.error = std::string("declared size exceeds the limit (") + e.what() + ")";
-  } catch (const msgpack::parse_error& e) {
-    r.error = std::string("malformed msgpack: ") + e.what();
+    // Structural errors (truncation, limits, depth, malformed bytes, trailing bytes) anywhere in the
+    // message take precedence over the field error found first, as with a full unpack before conversion.
+    try {
+      validate(p, n, lim);
+    } catch (const Failure& structural) {
+      r.error = structural.what();
+    }
   } catch (const std::bad_alloc&) {
+    r.message.reset();
     r.error = "message too large to decode";
   } catch (const std::exception& e) {
+    r.message.reset();
     r.error = std::string("undecodable message: ") + e.what();
   }
   if (!r.message && r.error.empty()) r.error = "undecodable message";

@@ -25,7 +25,8 @@ class Ingest {
 
  private:
   struct Frame;
-  void process(std::vector<Frame>& group);
+  void prepare(std::vector<Frame>& group);  // starts decode + compression on the pool
+  void process(std::vector<Frame>& group);  // prepared (pool finished): store, commit, then ACK
   void retention();
 
   const Settings& s_;

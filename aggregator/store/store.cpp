@@ -117,7 +117,11 @@ bool Store::insert_batch(const Batch& b, std::string_view wire_bytes, uint64_t r
 
 bool Store::insert_compressed(const Batch& b, std::string_view z, std::size_t raw_bytes,
                               uint64_t received_ns) {
-  BatchSpan s = span_of(b);
+  return insert_compressed(b, span_of(b), z, raw_bytes, received_ns);
+}
+
+bool Store::insert_compressed(const Batch& b, const BatchSpan& s, std::string_view z, std::size_t raw_bytes,
+                              uint64_t received_ns) {
   ins_batch_.bind(1, b.node)
       .bind(2, b.epoch)
       .bind(3, b.seq)

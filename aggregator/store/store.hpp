@@ -68,6 +68,9 @@ class Store {
   // Same, with the wire bytes already zstd-compressed (ingest compresses in parallel).
   bool insert_compressed(const Batch& b, std::string_view zstd_wire, std::size_t raw_bytes,
                          uint64_t received_ns);
+  // Same, with the span already computed (ingest computes it in parallel with the compression).
+  bool insert_compressed(const Batch& b, const BatchSpan& span, std::string_view zstd_wire,
+                         std::size_t raw_bytes, uint64_t received_ns);
   void touch_node(const std::string& node, uint64_t last_seen_ns, uint64_t add_records,
                   const Counters* counters, std::optional<int64_t> clock_offset_ns);
   // current_bytes: the compressed bytes stored now (the caller's running total); min_last_ns 0 / max_bytes 0

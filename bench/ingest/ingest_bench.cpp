@@ -11,6 +11,7 @@
 #include <sqlite3.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <random>
@@ -132,7 +133,9 @@ Durable run_durable(const Params& p, const std::vector<std::vector<std::string>>
                     const std::string& dir) {
   Durable d;
   zmq::context_t ctx(2);
-  AggregatorProcess proc(NETPRISM_AGGREGATOR_BIN, dir, free_port(), free_port(),
+  // NP_BENCH_AGGREGATOR: another build of the daemon (A/B comparisons of two builds under the same load).
+  const char* bin = std::getenv("NP_BENCH_AGGREGATOR");
+  AggregatorProcess proc(bin && *bin ? bin : NETPRISM_AGGREGATOR_BIN, dir, free_port(), free_port(),
                          {"--zstd-level", std::to_string(p.zstd_level)});
   if (!proc.wait_ready(ctx)) throw std::runtime_error("aggregator did not start");
   std::vector<std::unique_ptr<TestSender>> senders;
