@@ -21,9 +21,9 @@ uint64_t now_ns() {
 }
 
 namespace {
-// Outstanding batches per agent: enough to keep a 100 ms batch cadence flowing over a few RTTs of commit
-// latency without one slow agent hogging the aggregator.
-constexpr size_t kWindow = 8;
+// Batches in flight per agent: the real agent's window (agent/delivery.hpp, window = 16), so the load test sees
+// the same pipelining a real fleet would.
+constexpr size_t kWindow = 16;
 }  // namespace
 
 VirtualAgents::VirtualAgents(const std::string& endpoint, std::vector<std::string> nodes,
