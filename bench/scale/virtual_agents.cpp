@@ -21,8 +21,8 @@ uint64_t now_ns() {
 }
 
 namespace {
-// Batches in flight per agent: the real agent's window (agent/delivery.hpp, window = 16), so the load test sees
-// the same pipelining a real fleet would.
+// Batches in flight per agent: the real agent's window (agent/delivery.hpp, window = 16), so the load test
+// sees the same pipelining a real fleet would.
 constexpr size_t kWindow = 16;
 }  // namespace
 
