@@ -63,14 +63,14 @@ uint64_t monotonic_now_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-Probe::Probe() : impl_(std::make_unique<Impl>()) {}
+Probe::Probe(Key) : impl_(std::make_unique<Impl>()) {}
 
 Probe::~Probe() {
   detach_all();
 }
 
 std::unique_ptr<Probe> Probe::open(const ProbeOptions& opts, std::string& err) {
-  std::unique_ptr<Probe> p(new Probe());  // private constructor: make_unique cannot reach it
+  auto p = std::make_unique<Probe>(Key{});
   int e = 0;
   {
     QuietLibbpf quiet;  // the verifier log would flood stderr; the last line goes into err

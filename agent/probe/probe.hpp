@@ -72,7 +72,14 @@ class Probe {
   int map_fd(const std::string& name) const;
 
  private:
-  Probe();
+  struct Key {
+    explicit Key() = default;
+  };
+
+ public:
+  explicit Probe(Key);  // passkey: only open() can construct, and make_unique can reach it
+
+ private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
