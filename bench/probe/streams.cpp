@@ -14,23 +14,14 @@
 namespace netprism::bench {
 namespace {
 
-struct Sock {
-  int fd;
-  explicit Sock(int f) : fd(f) {
+// The benchmark cannot measure anything without its sockets: a failed socket()/accept() ends the run.
+struct Sock : test::Socket {
+  explicit Sock(int f) : Socket(f) {
     if (fd < 0) throw std::runtime_error("socket");
   }
-  ~Sock() { close(fd); }
-  Sock(const Sock&) = delete;
-  Sock& operator=(const Sock&) = delete;
 };
 
-sockaddr_in addr_of(const std::string& ip, uint16_t port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
-  return a;
-}
+using test::addr_of;
 
 using Clock = std::chrono::steady_clock;
 

@@ -36,23 +36,7 @@ using agent::Probe;
 using agent::ProbeOptions;
 using namespace std::chrono_literals;
 
-struct Sock {
-  int fd = -1;
-  explicit Sock(int f) : fd(f) {}
-  ~Sock() {
-    if (fd >= 0) close(fd);
-  }
-  Sock(const Sock&) = delete;
-  Sock& operator=(const Sock&) = delete;
-};
-
-sockaddr_in addr_of(const std::string& ip, uint16_t port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
-  return a;
-}
+using Sock = Socket;  // veth_netns.hpp
 
 bool send_all(int fd, std::size_t n) {
   std::vector<char> buf(64 * 1024, 'x');

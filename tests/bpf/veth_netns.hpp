@@ -2,7 +2,9 @@
 // run (pid + random), private /30 addresses inside 10.213.0.0/16, removed by the destructor on every path.
 #pragma once
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -13,6 +15,25 @@
 #include <string>
 
 namespace netprism::test {
+
+// An owned socket descriptor, closed on every path; fd is -1 when the call that made it failed.
+struct Socket {
+  int fd = -1;
+  explicit Socket(int f) : fd(f) {}
+  ~Socket() {
+    if (fd >= 0) close(fd);
+  }
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+};
+
+inline sockaddr_in addr_of(const std::string& ip, uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+  return a;
+}
 
 inline int sh(const std::string& cmd) {
   return std::system((cmd + " >/dev/null 2>&1").c_str());
