@@ -8,6 +8,58 @@
 
 namespace netprism::analysis {
 
+Parallelism parallelism_of(const Normalized& n, const JobSlice& slice, const Structure& s) {
+  Parallelism p;
+  auto names = [&](const std::vector<std::vector<uint32_t>>& groups) {
+    std::vector<std::vector<std::string>> out;
+    for (const auto& g : groups) {
+      std::vector<std::string> o;
+      for (uint32_t v : g) o.push_back(n.nodes[v]);
+      std::sort(o.begin(), o.end());
+      out.push_back(std::move(o));
+    }
+    return out;
+  };
+  p.pp = static_cast<int>(s.stages.size());
+  p.stages = names(s.stages);
+  p.dp_groups = names(s.dp_groups);
+  p.ep = s.ep;
+  p.dp = 1;
+  for (const auto& g : s.dp_groups) p.dp = std::max(p.dp, static_cast<int>(g.size()));
+  std::map<std::pair<uint32_t, uint32_t>, int> per_pair;
+  for (uint32_t c : slice.conns) per_pair[std::minmax(n.conns[c].a, n.conns[c].b)]++;
+  std::vector<double> counts;
+  for (auto& [k, v] : per_pair) counts.push_back(v);
+  p.tp_hint = static_cast<int>(median(counts) + 0.5);
+  return p;
+}
+
+std::vector<Iteration> iterations_of(const Normalized& n, const JobSlice& slice, const Structure& s,
+                                     const Timeline& t) {
+  std::vector<Iteration> its;
+  for (size_t i = 0; i + 1 < t.boundaries.size(); ++i) {
+    Iteration it;
+    it.index = static_cast<int>(i);
+    it.start_ns = t.boundaries[i];
+    it.end_ns = t.boundaries[i + 1];
+    it.duration_ns = it.end_ns - it.start_ns;
+    it.phases = node_phases(n, slice, s, t, i);
+    // Bubble share: the part of the iteration an average node spends outside its pipeline window.
+    if (s.stages.size() > 1 && it.duration_ns > 0) {
+      double busy = 0;
+      size_t cnt = 0;
+      for (const auto& p : it.phases)
+        if (p.name == "pipeline") {
+          busy += static_cast<double>(p.end_ns - p.start_ns);
+          ++cnt;
+        }
+      if (cnt) it.bubble_share = 1.0 - busy / static_cast<double>(cnt) / static_cast<double>(it.duration_ns);
+    }
+    its.push_back(std::move(it));
+  }
+  return its;
+}
+
 Result analyze(const Input& in) {
   Result r;
   Normalized n = normalize(in);
@@ -19,54 +71,9 @@ Result analyze(const Input& in) {
     j.last_ns = slice.last_ns;
 
     Structure s = infer_structure(n, slice);
-    auto names = [&](const std::vector<std::vector<uint32_t>>& groups) {
-      std::vector<std::vector<std::string>> out;
-      for (const auto& g : groups) {
-        std::vector<std::string> o;
-        for (uint32_t v : g) o.push_back(n.nodes[v]);
-        std::sort(o.begin(), o.end());
-        out.push_back(std::move(o));
-      }
-      return out;
-    };
-    j.parallelism.pp = static_cast<int>(s.stages.size());
-    j.parallelism.stages = names(s.stages);
-    j.parallelism.dp_groups = names(s.dp_groups);
-    j.parallelism.ep = s.ep;
-    j.parallelism.dp = 1;
-    for (const auto& g : s.dp_groups)
-      j.parallelism.dp = std::max(j.parallelism.dp, static_cast<int>(g.size()));
-
-    {
-      std::map<std::pair<uint32_t, uint32_t>, int> per_pair;
-      for (uint32_t c : slice.conns) per_pair[std::minmax(n.conns[c].a, n.conns[c].b)]++;
-      std::vector<double> counts;
-      for (auto& [k, v] : per_pair) counts.push_back(v);
-      j.parallelism.tp_hint = static_cast<int>(median(counts) + 0.5);
-    }
-
+    j.parallelism = parallelism_of(n, slice, s);
     Timeline t = build_timeline(n, slice, s);
-    for (size_t i = 0; i + 1 < t.boundaries.size(); ++i) {
-      Iteration it;
-      it.index = static_cast<int>(i);
-      it.start_ns = t.boundaries[i];
-      it.end_ns = t.boundaries[i + 1];
-      it.duration_ns = it.end_ns - it.start_ns;
-      it.phases = node_phases(n, slice, s, t, i);
-      // Bubble share: the part of the iteration an average node spends outside its pipeline window.
-      if (s.stages.size() > 1 && it.duration_ns > 0) {
-        double busy = 0;
-        size_t cnt = 0;
-        for (const auto& p : it.phases)
-          if (p.name == "pipeline") {
-            busy += static_cast<double>(p.end_ns - p.start_ns);
-            ++cnt;
-          }
-        if (cnt)
-          it.bubble_share = 1.0 - busy / static_cast<double>(cnt) / static_cast<double>(it.duration_ns);
-      }
-      j.iterations.push_back(std::move(it));
-    }
+    j.iterations = iterations_of(n, slice, s, t);
     j.step_time_ms = t.step_ns / 1e6;
     j.state = job_state(n, slice, t.step_ns, j.iterations.size());
     j.findings = diagnose(n, slice, s, t, j.iterations, j.state, n.now_ns, j.id);

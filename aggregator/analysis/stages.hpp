@@ -106,6 +106,12 @@ Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structur
 std::vector<Phase> node_phases(const Normalized& n, const JobSlice& job, const Structure& s,
                                const Timeline& t, size_t iteration);
 
+// The `parallelism` document of a job and its iterations (with phases and bubble share) from the stages
+// records: shared by analyze() and the daemon's streaming analysis (incremental.hpp), so both report alike.
+Parallelism parallelism_of(const Normalized& n, const JobSlice& slice, const Structure& s);
+std::vector<Iteration> iterations_of(const Normalized& n, const JobSlice& slice, const Structure& s,
+                                     const Timeline& t);
+
 std::vector<Finding> diagnose(const Normalized& n, const JobSlice& job, const Structure& s, const Timeline& t,
                               const std::vector<Iteration>& its, const std::string& state, uint64_t now_ns,
                               const std::string& job_id);

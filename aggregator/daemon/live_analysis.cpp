@@ -52,35 +52,75 @@ analysis::Job job_from_json(const nlohmann::json& d) {
   return j;
 }
 
+namespace {
+
+analysis::StreamingAnalysis::Limits limits(const Settings& s) {
+  analysis::StreamingAnalysis::Limits l;
+  l.window_ns = static_cast<uint64_t>(s.analysis_window_s) * 1000000000ull;
+  // analysis_max_events bounds the analysis' memory: the engine keeps transfers (32 B) instead of events
+  // (~200 B), so the same setting now costs a fraction of what it did.
+  l.max_xfers = static_cast<size_t>(s.analysis_max_events);
+  // A connection costs a few hundred bytes with its flows; a tenth of the transfer bound (200,000 by
+  // default) is far above a cluster's training connections (a 1,000-node job has tens of thousands).
+  l.max_conns = std::max<size_t>(1024, static_cast<size_t>(s.analysis_max_events) / 10);
+  return l;
+}
+
+// Running jobs are written at most this often (a write is the whole job document); a restart recomputes
+// the recent past from the stored batches anyway, so at most the last few seconds of a job's document are
+// stale in the store meanwhile. Jobs that leave the analysis are written at once.
+constexpr uint64_t kPersistEveryNs = 5'000'000'000ull;
+
+std::string signature(const analysis::Job& j) {
+  // Appended piece by piece (GCC 12's -Wrestrict misfires on chains of string operator+).
+  std::string sig = j.state;
+  for (uint64_t v : {uint64_t{j.iterations.size()}, uint64_t{j.findings.size()}, uint64_t{j.nodes.size()},
+                     static_cast<uint64_t>(j.parallelism.dp), static_cast<uint64_t>(j.parallelism.pp),
+                     static_cast<uint64_t>(j.step_time_ms * 1000),
+                     j.iterations.empty() ? 0 : j.iterations.back().end_ns}) {
+    sig += '|';
+    sig += std::to_string(v);
+  }
+  return sig;
+}
+
+}  // namespace
+
 LiveAnalysis::LiveAnalysis(const Settings& s, store::OwnTraffic own, AddrNodes addr_nodes)
     : s_(s),
       own_(std::move(own)),
       addr_nodes_(std::move(addr_nodes)),
-      latest_(std::make_shared<Snapshot>()) {}
+      latest_(std::make_shared<Snapshot>()),
+      engine_(limits(s)) {}
 
 void LiveAnalysis::preload() {
   store::Store reader(s_.data_dir, store::Db::Mode::kReadOnly);
   uint64_t now = now_unix_ns();
   uint64_t window = static_cast<uint64_t>(s_.analysis_window_s) * 1000000000ull;
   uint64_t since = now > window ? now - window : 0;
+  engine_.set_addr_nodes(addr_nodes_());
+  uint64_t events = 0;
   reader.scan_batches(
       std::nullopt, since, UINT64_MAX,
       [&](const Batch& b, uint64_t) {
         for (const auto& f : b.flowlets)
-          if (f.last_ns >= since && !own_.matches(f)) window_.events.push_back(store::to_event(b.node, f));
+          if (f.last_ns >= since && !own_.matches(f)) {
+            engine_.add(store::to_event(b.node, f));
+            ++events;
+          }
       },
       [](const std::string& e) { log_line("preload: " + e); });
   auto snap = std::make_shared<Snapshot>();
   for (const auto& doc : reader.jobs()) {
     auto j = job_from_json(doc);
-    persisted_doc_[j.id] = doc.dump();
+    persisted_[j.id] = {signature(j), now};
     retained_[j.id] = j;
     snap->jobs.push_back(std::move(j));
   }
   std::lock_guard lk(mu_);
   latest_ = std::move(snap);
-  if (!window_.events.empty() || !retained_.empty())
-    log_line("reloaded " + std::to_string(window_.events.size()) + " recent flow events and " +
+  if (events || !retained_.empty())
+    log_line("reloaded " + std::to_string(events) + " recent flow events and " +
              std::to_string(retained_.size()) + " jobs from the store");
 }
 
@@ -101,7 +141,7 @@ std::shared_ptr<const Snapshot> LiveAnalysis::latest() const {
 
 uint64_t LiveAnalysis::dropped() const {
   std::lock_guard lk(mu_);
-  return dropped_;
+  return dropped_ + engine_dropped_;
 }
 
 void LiveAnalysis::run(std::stop_token stop) {
@@ -125,12 +165,15 @@ void LiveAnalysis::run(std::stop_token stop) {
       log_line(std::string("analysis pass failed: ") + e.what());
     }
     auto took = std::chrono::steady_clock::now() - t0;
+    // At least the configured interval, and at least twice the pass' own time: the analysis never takes
+    // more than a third of a core, whatever the load (ingest shares the machine).
     next = t0 + std::max<std::chrono::steady_clock::duration>(
                     std::chrono::milliseconds(s_.analysis_interval_ms), 3 * took);
   }
 }
 
 void LiveAnalysis::pass(store::Store* writer) {
+  auto t0 = std::chrono::steady_clock::now();
   const uint64_t now = now_unix_ns();
   const uint64_t window = static_cast<uint64_t>(s_.analysis_window_s) * 1000000000ull;
   const uint64_t since = now > window ? now - window : 0;
@@ -140,38 +183,49 @@ void LiveAnalysis::pass(store::Store* writer) {
     fresh.swap(pending_);
     pending_events_ = 0;
   }
-  // Addresses repeat (a cluster has few), and formatting them dominates conversion: cache the text. The
-  // cache is cleared when it gets large (address scans), which bounds it.
-  if (addr_text_.size() > 65536) addr_text_.clear();
-  auto text = [&](const uint8_t a[16]) -> const std::string& {
+  engine_.set_addr_nodes(addr_nodes_());
+  // New data only: each flowlet becomes a compact event of interned ids. Addresses repeat (a cluster has
+  // few), so their ids are cached by binary address; the cache is dropped when the engine renumbers its
+  // ids or when it grows large (an address scan), which bounds it.
+  if (addr_gen_ != engine_.generation() || addr_id_.size() > 65536) {
+    addr_id_.clear();
+    addr_gen_ = engine_.generation();
+  }
+  auto id_of = [&](const uint8_t a[16]) {
     Addr16 key;
     std::memcpy(key.data(), a, 16);
-    auto it = addr_text_.find(key);
-    if (it == addr_text_.end()) it = addr_text_.emplace(key, format_addr(a)).first;
+    auto it = addr_id_.find(key);
+    if (it == addr_id_.end()) it = addr_id_.emplace(key, engine_.intern(format_addr(a))).first;
     return it->second;
   };
-  for (const auto& [node, fl] : fresh)
+  for (const auto& [node, fl] : fresh) {
+    uint32_t obs = engine_.intern(node);
     for (const auto& f : fl) {
       if (own_.matches(f)) continue;
-      auto e = store::to_event(node, f, /*with_addrs=*/false);
-      e.src = text(f.key.saddr);
-      e.dst = text(f.key.daddr);
-      window_.events.push_back(std::move(e));
+      analysis::StreamingAnalysis::Event e;
+      e.observer = obs;
+      e.src = id_of(f.key.saddr);
+      e.dst = id_of(f.key.daddr);
+      e.src_port = f.key.sport;
+      e.dst_port = f.key.dport;
+      e.qpn = f.key.qpn;
+      e.proto = f.key.proto;
+      e.dir = static_cast<int8_t>(f.key.dir);
+      e.tcp_flags = f.tcp_flags;
+      e.v6 = f.key.family == 6;
+      e.first_ns = f.first_ns;
+      e.last_ns = f.last_ns;
+      e.bytes = f.bytes;
+      e.payload_bytes = f.payload_bytes;
+      e.packets = f.packets;
+      engine_.add(e);
     }
-  std::erase_if(window_.events, [&](const analysis::FlowEvent& e) { return e.last_ns < since; });
-  // Memory bound: keep the newest events (arrival order approximates time order).
-  auto cap = static_cast<std::size_t>(s_.analysis_max_events);
-  if (window_.events.size() > cap)
-    window_.events.erase(window_.events.begin(), window_.events.begin() + (window_.events.size() - cap));
-  window_.addr_node = addr_nodes_();
-  window_.now_ns = now;
-
-  auto t0 = std::chrono::steady_clock::now();
-  analysis::Result r = analysis::analyze(window_);
-  auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+  }
+  fresh.clear();
+  analysis::Result r = engine_.pass(now);
 
   // Jobs of this pass replace earlier versions. An earlier job that is absent now is kept only when it left
-  // the window (its last iteration ended before the window starts, or it had ended): that is history. One
+  // the analysis (its last iteration ended before the window starts, or it had ended): that is history. One
   // still inside the window but gone was superseded (the analysis regrouped it), so it is dropped.
   std::map<std::string, analysis::Job> next;
   for (auto& j : r.jobs) next[j.id] = std::move(j);
@@ -181,30 +235,36 @@ void LiveAnalysis::pass(store::Store* writer) {
     bool left_window = j.iterations.empty() ? j.state == "ended" : last_end < since;
     if (left_window) next[id] = std::move(j);
   }
-  retained_ = next;
+  retained_ = std::move(next);
 
-  for (const auto& [id, j] : writer ? retained_ : std::map<std::string, analysis::Job>{}) {
-    auto doc = analysis::full(j);
-    auto text = doc.dump();
-    if (persisted_doc_[id] == text) continue;
-    writer->save_job(doc, now);
-    persisted_doc_[id] = std::move(text);
-  }
-  for (auto it = persisted_doc_.begin(); writer && it != persisted_doc_.end();) {
-    if (retained_.count(it->first)) {
-      ++it;
-      continue;
+  if (writer) {
+    for (const auto& [id, j] : retained_) {
+      auto sig = signature(j);
+      auto& p = persisted_[id];
+      if (p.signature == sig) continue;
+      if (!p.signature.empty() && now < p.saved_ns + kPersistEveryNs && j.state == "running") continue;
+      writer->save_job(analysis::full(j), now);
+      p = {std::move(sig), now};
     }
-    writer->delete_job(it->first);
-    it = persisted_doc_.erase(it);
+    for (auto it = persisted_.begin(); it != persisted_.end();) {
+      if (retained_.count(it->first)) {
+        ++it;
+        continue;
+      }
+      writer->delete_job(it->first);
+      it = persisted_.erase(it);
+    }
   }
 
   auto snap = std::make_shared<Snapshot>();
   for (const auto& [_, j] : retained_) snap->jobs.push_back(j);
   snap->computed_ns = now;
-  snap->took_ns = static_cast<uint64_t>(took.count());
-  snap->events = window_.events.size();
+  snap->took_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  snap->events = engine_.stats().xfers;
+  const auto& st = engine_.stats();
   std::lock_guard lk(mu_);
+  engine_dropped_ = st.dropped_events + st.dropped_xfers;
   latest_ = std::move(snap);
 }
 

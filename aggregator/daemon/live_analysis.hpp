@@ -1,7 +1,9 @@
-// The analysis running inside the daemon: a bounded window of recent flow events, analysed periodically
-// with analysis::analyze (the same pipeline `netprism analyze` runs offline). Queries read the latest
-// snapshot, so results are available while jobs run. Jobs are persisted to the store's derived tables
-// (jobs/iterations/findings) and reloaded at start, so a job that left the window stays queryable.
+// The analysis running inside the daemon: analysis::StreamingAnalysis (incremental.hpp) fed with every
+// stored batch and run periodically. It runs the same stages as `netprism analyze`, but a pass costs in
+// proportion to new data plus a bounded tail per job (not the window): on a 2-core machine ingest needs
+// the CPU. Queries read the latest snapshot, so results are available while jobs run. Jobs are persisted
+// to the store's derived tables (jobs/iterations/findings) and reloaded at start, so a job that left the
+// window stays queryable.
 #pragma once
 
 #include <condition_variable>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "analysis.hpp"
+#include "incremental.hpp"
 #include "netprism/addr.hpp"
 #include "flows.hpp"
 #include "settings.hpp"
@@ -27,7 +30,7 @@ struct Snapshot {
   std::vector<analysis::Job> jobs;  // current + retained, sorted by id
   uint64_t computed_ns = 0;         // when this snapshot was made (0: no analysis has run yet)
   uint64_t took_ns = 0;
-  uint64_t events = 0;  // events in the window it looked at
+  uint64_t events = 0;  // transfers the analysis keeps (its bounded memory of recent traffic)
   const analysis::Job* find(const std::string& id) const;
 };
 
@@ -45,6 +48,8 @@ class LiveAnalysis {
   void feed(const std::string& node, std::vector<Flowlet>&& flowlets);
   void run(std::stop_token stop);
   std::shared_ptr<const Snapshot> latest() const;
+  // Events the analysis could not take (pending queue full, connection table full) plus transfers it
+  // evicted early at its memory bound: counted, never silent (`netprism status`: dropped_events).
   uint64_t dropped() const;
 
  private:
@@ -60,10 +65,16 @@ class LiveAnalysis {
   uint64_t dropped_ = 0;
   std::shared_ptr<const Snapshot> latest_;
 
+  uint64_t engine_dropped_ = 0;  // the engine's counts, published for dropped()
+
   // Owned by the analysis thread.
-  analysis::Input window_;
-  std::map<std::string, analysis::Job> retained_;     // jobs from earlier passes / the store
-  std::map<std::string, std::string> persisted_doc_;  // id -> last JSON written, to write only changes
+  analysis::StreamingAnalysis engine_;
+  std::map<std::string, analysis::Job> retained_;  // jobs from earlier passes / the store
+  struct Persisted {
+    std::string signature;  // what changed since the last write (cheap to compare, unlike the document)
+    uint64_t saved_ns = 0;
+  };
+  std::map<std::string, Persisted> persisted_;
   struct AddrHash {
     std::size_t operator()(const Addr16& a) const {
       uint64_t x, y;  // the two halves, mixed; addresses differ mostly in the low half
@@ -72,7 +83,9 @@ class LiveAnalysis {
       return std::hash<uint64_t>{}(x * 0x9e3779b97f4a7c15ull ^ y);
     }
   };
-  std::unordered_map<Addr16, std::string, AddrHash> addr_text_;  // address -> text (formatting is costly)
+  // address -> interned id (formatting an address costs more than the rest of an event's handling)
+  std::unordered_map<Addr16, uint32_t, AddrHash> addr_id_;
+  uint64_t addr_gen_ = 0;
 };
 
 }  // namespace netprism::daemon

@@ -1,0 +1,164 @@
+// Streaming form of analyze() for the daemon: events are added as they arrive and each pass costs in
+// proportion to new data plus a bounded tail per job, never to the whole history or window.
+//
+// What is kept, and why it gives the offline answer:
+//  - Strings (addresses, observers, node names) are interned once; events are stored as ids.
+//  - normalize() is done incrementally: per flow direction the observer choice (the sender's own view, else
+//    the smallest name) and per-observer totals, per connection its first/last/closed. The connection table
+//    a pass hands to group_jobs()/job_state() is therefore the one normalize() would build from every event
+//    seen (not a window's), which is what `netprism analyze` sees over the same recording.
+//  - Transfers are kept per flow (32 bytes each, tagged with their observer so a late change of the chosen
+//    observer stays exact) only as far back as a job's tail needs them.
+//  - Per job: its iterations so far (history) and a structure cache. While a job is young (its whole
+//    history fits in the tail) every pass re-analyses all of it: the result is exactly analyze()'s. Later a
+//    pass re-analyses only the tail (at least kTailIterations iterations and kTailNs of traffic) and
+//    stitches it onto the settled history at a boundary both agree on.
+//  - Hard bounds (connections, transfers) with counted overflow, never a silent drop.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "analysis.hpp"
+#include "stages.hpp"
+
+namespace netprism::analysis {
+
+class StreamingAnalysis {
+ public:
+  struct Limits {
+    uint64_t window_ns = 600'000'000'000ull;  // a connection silent for this long is forgotten
+    size_t max_xfers = 2'000'000;             // transfers kept for the tails (32 B each)
+    size_t max_conns = 200'000;               // connections tracked (a few hundred bytes each)
+  };
+  // One observed event with interned strings (intern()); the daemon builds these without formatting text.
+  struct Event {
+    uint32_t observer = 0, src = 0, dst = 0;
+    uint16_t src_port = 0, dst_port = 0;
+    uint32_t qpn = 0;
+    uint8_t proto = 0;
+    int8_t dir = -1;
+    uint16_t tcp_flags = 0;
+    bool v6 = false;  // only used for CSV-style events (dir < 0) without payload counts
+    uint64_t first_ns = 0, last_ns = 0, bytes = 0, payload_bytes = 0, packets = 0;
+  };
+  struct Stats {
+    uint64_t events = 0;          // events added in total
+    uint64_t conns = 0;           // connections tracked now
+    uint64_t xfers = 0;           // transfers kept now
+    uint64_t tail_xfers = 0;      // transfers re-analysed by the last pass
+    uint64_t dropped_events = 0;  // events refused because the connection table was full
+    uint64_t dropped_xfers = 0;   // transfers evicted early because the transfer bound was reached
+    uint64_t restitched = 0;      // tails that did not meet their job's history at a known boundary
+    uint64_t structure_runs = 0;  // structure inferences run (the cache avoids most)
+  };
+
+  explicit StreamingAnalysis(Limits l);
+  StreamingAnalysis() : StreamingAnalysis(Limits{}) {}
+
+  uint32_t intern(std::string_view s);
+  // Changes when interned ids are renumbered (compaction): callers caching ids must drop their caches.
+  uint64_t generation() const { return generation_; }
+  void add(const Event& e);
+  void add(const FlowEvent& e);  // convenience (tests, reload from the store)
+  void set_addr_nodes(const std::map<std::string, std::string>& m);
+  // Analyses what changed; jobs currently seen (history included), sorted by first transfer.
+  Result pass(uint64_t now_ns);
+  const Stats& stats() const { return stats_; }
+
+  // A job's tail covers at least this many iterations: the timeline's robust statistics (medians, the
+  // Otsu split of gaps) need a dozen periods to be stable; 16 leaves margin.
+  static constexpr size_t kTailIterations = 16;
+  // ... and at least this much of the job's traffic: testbed runs (tens of seconds) are then analysed whole
+  // every pass, exactly as offline, and 30 s is still cheap to redo each second for a 16-node job.
+  static constexpr uint64_t kTailNs = 30'000'000'000ull;
+
+ private:
+  struct ObsStat {
+    uint32_t obs;
+    uint64_t bytes = 0, xfers = 0, first_t0 = UINT64_MAX, last_t1 = 0;
+  };
+  struct XRec {
+    uint32_t obs;
+    uint64_t t0, t1, bytes;
+  };
+  struct FlowKey {
+    uint32_t src, dst;
+    uint16_t sport, dport;
+    uint32_t qpn;
+    uint8_t proto;
+    bool operator==(const FlowKey&) const = default;
+  };
+  struct ConnKey {
+    uint32_t a, b;
+    uint16_t pa, pb;
+    uint8_t proto;
+    bool operator==(const ConnKey&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const FlowKey& k) const;
+    size_t operator()(const ConnKey& k) const;
+  };
+  struct FlowSt {
+    FlowKey key;
+    uint32_t chosen;
+    uint32_t conn;
+    bool fwd;
+    std::vector<ObsStat> obs;  // usually one or two observers
+    std::vector<XRec> xs;      // arrival order; [head, size) are live
+    size_t head = 0;
+  };
+  struct ConnSt {
+    ConnKey key;
+    uint64_t uid;  // never reused: names the connection across compactions (structure cache keys)
+    uint64_t first_ns = UINT64_MAX, last_ns = 0;
+    bool closed = false;
+    std::string label;
+    std::vector<uint32_t> flows;
+  };
+  struct History {
+    std::vector<uint64_t> boundaries;  // all iteration boundaries so far (stitched)
+    std::vector<Iteration> iterations;
+    std::vector<Finding> findings;
+    uint64_t tail_from = 0;  // transfers before this are settled (0: the whole history is re-analysed)
+    size_t anchor = 0;       // boundary index the next tail must reproduce (meaningful when tail_from > 0)
+    std::vector<uint64_t> structure_key;  // sorted connection uids + node ids the cache was built for
+    Structure structure;
+    uint64_t structure_ns = 0;  // when (data time) it was inferred
+    bool has_structure = false;
+    uint64_t first_ns = 0;
+    bool seen = false;  // present in the current pass
+  };
+
+  uint32_t node_of_addr(uint32_t addr);
+  uint32_t node_index(const std::string& name);
+  void expire(uint64_t now_ns);
+  void compact();
+  void enforce_xfer_bound();
+  void prune(const std::vector<uint64_t>& keep_from_conn, uint64_t now_ns);
+  Job analyse_job(const Normalized& n, JobSlice& slice, History& h, const std::string& id);
+
+  Limits lim_;
+  Stats stats_;
+  uint64_t generation_ = 0;
+  std::unordered_map<std::string, uint32_t> str_idx_;
+  std::vector<std::string> strs_;
+  std::map<std::string, std::string> addr_node_;
+  std::vector<uint32_t> addr_node_id_;  // string id -> node index (UINT32_MAX: not resolved yet)
+  std::unordered_map<std::string, uint32_t> node_idx_;
+  std::vector<std::string> nodes_;
+  std::unordered_map<FlowKey, uint32_t, KeyHash> flow_idx_;
+  std::unordered_map<ConnKey, uint32_t, KeyHash> conn_idx_;
+  std::vector<FlowSt> flows_;
+  std::vector<ConnSt> conns_;
+  uint64_t next_uid_ = 1;
+  uint64_t total_xfers_ = 0;
+  std::map<std::string, History> hist_;
+  std::unordered_map<uint64_t, std::string> job_of_uid_;  // previous pass: connection uid -> job id
+};
+
+}  // namespace netprism::analysis
