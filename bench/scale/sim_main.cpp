@@ -199,6 +199,11 @@ int main(int argc, char** argv) {
       app.add_subcommand("stream", "stream a simulated cluster into an aggregator as virtual agents");
   add_cluster(stream);
   stream->add_option("--aggregator", endpoint, "aggregator ingest endpoint");
+  bool realtime = false;
+  stream->add_flag(
+      "--realtime", realtime,
+      "play the cluster in real time from now on, each node sending what ended in the last 100 ms "
+      "(as an agent does), instead of replaying a past that ends now");
   int agents = 1000, rate = 200, duration = 60;
   auto* load = app.add_subcommand("load", "ingest load test: virtual agents at a fixed record rate");
   load->add_option("--aggregator", endpoint, "aggregator ingest endpoint");
@@ -215,7 +220,8 @@ int main(int argc, char** argv) {
     va.pump(1000);
     const int per_tick = std::max(1, rate / 10);  // a batch every 100 ms, the agent's own cadence
     int64_t start = now_ms(), next_tick = start, next_hb = start, next_report = start + 5000;
-    uint64_t max_unacked = 0;
+    uint64_t max_unacked = 0, prev_acked = 0;
+    int64_t prev_report = start;
     while (now_ms() - start < duration * 1000LL) {
       int64_t now = now_ms();
       if (now >= next_tick) {
@@ -232,22 +238,34 @@ int main(int argc, char** argv) {
       }
       if (now >= next_hb) va.heartbeat_all(), next_hb += 1000;
       if (now >= next_report) {
+        // One line per 5 s: acknowledged rate over the interval and the lag (age of the oldest batch not
+        // yet acknowledged; a backlog that grows shows as a lag that grows). run_load.sh parses these.
         auto s = va.stats();
-        fmt::print("t={:>3}s sent={} acked={} unacked_batches={} resends={}\n", (now - start) / 1000,
-                   s.records_sent, s.records_acked, va.unacked_batches(), s.resends);
+        fmt::print(
+            "sample t={}s sent={} acked={} acked_rate={:.0f}/s unacked_batches={} lag_ms={} resends={}\n",
+            (now - start) / 1000, s.records_sent, s.records_acked,
+            (s.records_acked - prev_acked) * 1000.0 / std::max<int64_t>(1, now - prev_report),
+            va.unacked_batches(), va.lag_ms(), s.resends);
+        std::fflush(stdout);
+        prev_acked = s.records_acked;
+        prev_report = now;
         next_report += 5000;
       }
       max_unacked = std::max(max_unacked, va.unacked_batches());
       va.pump(static_cast<int>(std::max<int64_t>(1, std::min(next_tick, next_hb) - now_ms())));
     }
+    const double run_secs = (now_ms() - start) / 1000.0;
+    const auto at_end = va.stats();
     bool all = va.drain(60000);
     auto s = va.stats();
     double secs = (now_ms() - start) / 1000.0;
     fmt::print(
         "load: agents={} rate={}/s duration={}s records_sent={} records_acked={} acked_rate={:.0f}/s "
-        "max_unacked_batches={} resends={} rejected={} all_acked={}\n",
-        agents, rate, duration, s.records_sent, s.records_acked, s.records_acked / secs, max_unacked,
-        s.resends, s.rejected, all ? "yes" : "no");
+        "acked_in_run={} run_rate={:.0f}/s drain_s={:.1f} max_unacked_batches={} resends={} rejected={} "
+        "all_acked={}\n",
+        agents, rate, duration, s.records_sent, s.records_acked, s.records_acked / secs, at_end.records_acked,
+        at_end.records_acked / run_secs, secs - run_secs, max_unacked, s.resends, s.rejected,
+        all ? "yes" : "no");
     return all && s.rejected == 0 ? 0 : 1;
   }
 
@@ -283,13 +301,13 @@ int main(int argc, char** argv) {
     return write_outputs(sim, nodes, csv, topo, truth);
   }
 
-  // stream: the simulated timeline is shifted to end now, so the aggregator sees recent, live-looking
-  // traffic.
+  // stream: the simulated timeline is shifted to end now (replay), or to start 1 s from now (--realtime), so
+  // the aggregator sees recent, live-looking traffic.
   spec.t0_ns = 0;
   auto sim = simulate(spec);
-  uint64_t last = 0;
-  for (const auto& t : sim.transfers) last = std::max(last, t.end_ns);
-  const uint64_t shift = now_ns() - last;
+  uint64_t first = UINT64_MAX, last = 0;
+  for (const auto& t : sim.transfers) first = std::min(first, t.start_ns), last = std::max(last, t.end_ns);
+  const uint64_t shift = realtime ? now_ns() + 1'000'000'000ull - first : now_ns() - last;
   for (auto& t : sim.transfers) t.start_ns += shift, t.end_ns += shift;
   // The truth carries the same shift (every *_ns field of it).
   for (auto& j : sim.truth["jobs"]) {
@@ -307,7 +325,32 @@ int main(int argc, char** argv) {
   auto flush = [&](int n) {
     if (!per[n].empty()) va.enqueue(n, std::move(per[n])), per[n].clear();
   };
-  for (const auto& t : sim.transfers) {
+  if (realtime) {
+    // As an agent: a flowlet is reported once it ended (its idle gap, 1 ms, passed), in a batch per node
+    // every 100 ms, plus a heartbeat every second.
+    std::vector<const Transfer*> by_end;
+    for (const auto& t : sim.transfers) by_end.push_back(&t);
+    std::sort(by_end.begin(), by_end.end(), [](auto* a, auto* b) { return a->end_ns < b->end_ns; });
+    size_t next = 0;
+    int64_t next_tick = now_ms(), next_hb = next_tick;
+    while (next < by_end.size()) {
+      int64_t now = now_ms();
+      if (now >= next_tick) {
+        uint64_t cut = now_ns() - 1'000'000;
+        while (next < by_end.size() && by_end[next]->end_ns <= cut) {
+          const Transfer& t = *by_end[next++];
+          per[t.src].push_back(to_flowlet(t, true));
+          per[t.dst].push_back(to_flowlet(t, false));
+        }
+        for (int n = 0; n < nodes; ++n) flush(n);
+        next_tick += 100;
+      }
+      if (now >= next_hb) va.heartbeat_all(), next_hb += 1000;
+      va.pump(static_cast<int>(std::max<int64_t>(1, std::min(next_tick, next_hb) - now_ms())));
+    }
+  }
+  for (size_t i = 0; !realtime && i < sim.transfers.size(); ++i) {
+    const auto& t = sim.transfers[i];
     per[t.src].push_back(to_flowlet(t, true));
     per[t.dst].push_back(to_flowlet(t, false));
     if (per[t.src].size() >= 512) flush(t.src);

@@ -55,7 +55,7 @@ void VirtualAgents::enqueue(size_t i, std::vector<Flowlet> flowlets) {
   b.counters = {{"captured", a.next_seq}};
   size_t n = flowlets.size();
   b.flowlets = std::move(flowlets);
-  a.queue.push_back({b.seq, wire::encode(b), n, -1});
+  a.queue.push_back({b.seq, wire::encode(b), n, -1, now_ms()});
 }
 
 void VirtualAgents::send_hello(Agent& a, int64_t now) {
@@ -153,6 +153,14 @@ bool VirtualAgents::drain(int timeout_ms) {
 
 AgentStats VirtualAgents::stats() const {
   return stats_;
+}
+
+int64_t VirtualAgents::lag_ms() const {
+  int64_t oldest = -1;
+  for (const auto& a : agents_)
+    if (!a.queue.empty() && (oldest < 0 || a.queue.front().queued_ms < oldest))
+      oldest = a.queue.front().queued_ms;
+  return oldest < 0 ? 0 : now_ms() - oldest;
 }
 
 uint64_t VirtualAgents::unacked_batches() const {

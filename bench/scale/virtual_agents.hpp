@@ -42,6 +42,8 @@ class VirtualAgents {
   size_t size() const { return agents_.size(); }
   AgentStats stats() const;
   uint64_t unacked_batches() const;
+  // Age of the oldest batch not yet acknowledged (0: none): how far behind ingest is, in time.
+  int64_t lag_ms() const;
 
  private:
   struct Pending {
@@ -49,6 +51,7 @@ class VirtualAgents {
     std::string bytes;
     size_t records;
     int64_t sent_ms;  // -1: not sent yet
+    int64_t queued_ms;
   };
   struct Agent {
     std::string node, addr;
