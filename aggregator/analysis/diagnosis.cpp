@@ -361,10 +361,12 @@ std::vector<Finding> diagnose(const Normalized& n, const JobSlice& job, const St
       med_rate[k] = median(l.rates);
       by_role[l.role].push_back(med_rate[k]);
     }
+    std::map<EdgeRole, double> role_median;  // once per role, not once per link (quadratic on large jobs)
+    for (auto& [role, rates] : by_role) role_median[role] = median(rates);
     for (auto& [k, l] : links) {
       auto& peers = by_role[l.role];
       if (peers.size() < 3) continue;  // "much slower than comparable pairs" needs at least two others
-      double ref = median(peers);
+      double ref = role_median[l.role];
       if (med_rate[k] >= kSlowLinkRatio * ref) continue;
       // When it began: the first run of three transfers in the degraded regime. The regime boundary is the
       // geometric middle between the link's own median rate and the comparable links' (capped at the

@@ -150,7 +150,9 @@ void StreamingAnalysis::add(const Event& e) {
   }
   FlowSt& fl = flows_[f];
   // Observer choice of normalize(): the sender's own view when it exists, else the smallest name.
-  uint32_t sender = intern(nodes_[sender_node]);
+  if (node_sid_.size() <= sender_node) node_sid_.resize(nodes_.size(), UINT32_MAX);
+  if (node_sid_[sender_node] == UINT32_MAX) node_sid_[sender_node] = intern(nodes_[sender_node]);
+  uint32_t sender = node_sid_[sender_node];
   if (fl.chosen != e.observer && fl.chosen != sender &&
       (e.observer == sender || strs_[e.observer] < strs_[fl.chosen]))
     fl.chosen = e.observer;
@@ -227,6 +229,7 @@ void StreamingAnalysis::compact() {
     str_idx_.clear();
     for (uint32_t i = 0; i < strs_.size(); ++i) str_idx_.emplace(strs_[i], i);
     addr_node_id_.clear();
+    node_sid_.clear();
     ++generation_;
     // Node indices are kept only for names still in use; cached structures refer to them.
     node_idx_.clear();
@@ -494,10 +497,20 @@ Job StreamingAnalysis::analyse_job(const Normalized& n, JobSlice& sl, History& h
 
   // Move the tail on: it starts one iteration before the anchor (so the anchor's whole synchronisation is
   // in it) and keeps at least kTailIterations iterations and kTailNs of traffic after that.
+  // The kTailNs extension stops where the tail would hold more than kTailMaxXfers transfers: a large job
+  // (hundreds of nodes) gets its kTailIterations iterations only.
   size_t nb = h.boundaries.size();
   if (nb >= 2) {
+    auto xfers_since = [&](uint64_t b) {
+      return static_cast<size_t>(sl.xfers.end() -
+                                 std::lower_bound(sl.xfers.begin(), sl.xfers.end(), b,
+                                                  [](const Xfer& x, uint64_t v) { return x.t0 < v; }));
+    };
     long k = static_cast<long>(nb) - 1 - static_cast<long>(kTailIterations);
-    while (k >= 1 && sl.last_ns - h.boundaries[static_cast<size_t>(k - 1)] < kTailNs) --k;
+    while (k >= 1 && sl.last_ns - h.boundaries[static_cast<size_t>(k - 1)] < kTailNs) {
+      if (k >= 2 && xfers_since(h.boundaries[static_cast<size_t>(k - 2)]) > kTailMaxXfers) break;
+      --k;
+    }
     if (k >= 2 && h.boundaries[static_cast<size_t>(k - 1)] > h.tail_from) {
       h.anchor = static_cast<size_t>(k);
       h.tail_from = h.boundaries[static_cast<size_t>(k - 1)];

@@ -76,6 +76,10 @@ class StreamingAnalysis {
   // ... and at least this much of the job's traffic: testbed runs (tens of seconds) are then analysed whole
   // every pass, exactly as offline, and 30 s is still cheap to redo each second for a 16-node job.
   static constexpr uint64_t kTailNs = 30'000'000'000ull;
+  // ... as long as that stays under this many transfers (a pass over 250,000 takes ~0.3 s on this machine's
+  // cores); beyond, kTailIterations only. Testbed-sized jobs (16 nodes, tens of thousands of transfers in
+  // 30 s) are far below it.
+  static constexpr size_t kTailMaxXfers = 250'000;
 
  private:
   struct ObsStat {
@@ -149,6 +153,7 @@ class StreamingAnalysis {
   std::vector<std::string> strs_;
   std::map<std::string, std::string> addr_node_;
   std::vector<uint32_t> addr_node_id_;  // string id -> node index (UINT32_MAX: not resolved yet)
+  std::vector<uint32_t> node_sid_;      // node index -> string id of its name (UINT32_MAX: not yet)
   std::unordered_map<std::string, uint32_t> node_idx_;
   std::vector<std::string> nodes_;
   std::unordered_map<FlowKey, uint32_t, KeyHash> flow_idx_;

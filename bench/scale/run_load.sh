@@ -3,16 +3,25 @@
 # plus heartbeats, streaming to one aggregator (with its live analysis running) for D seconds.
 # Prints: sent/acknowledged/stored totals, records/s, the lag every 5 s, the aggregator's RSS every 5 s and its
 # peak, the live analysis' own figures, the load average, and PASS/FAIL per criterion (exit 1 on any FAIL).
-# usage: bench/scale/run_load.sh BUILD_DIR [AGENTS] [RATE] [DURATION_S]
+# The CPU seconds of the aggregator's live-analysis thread ("np-analysis") and of the whole process are read
+# from /proc at the end of the run: a load-independent measure of what the analysis costs next to ingest.
+# With --baseline, a first run with the live analysis effectively off (--analysis-interval-ms 3600000) gives
+# the ingest-only figures of the same machine at the same time (the machines are shared and noisy).
+# usage: bench/scale/run_load.sh BUILD_DIR [AGENTS] [RATE] [DURATION_S] [--baseline]
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 agents=${2:-1000} rate=${3:-200} duration=${4:-60}
+if [[ ${5:-} == --baseline ]]; then
+  echo "=== baseline: the same load with the live analysis off ==="
+  NP_LOAD_EXTRA="--analysis-interval-ms 3600000" bash "$0" "$build" "$agents" "$rate" "$duration" || true
+  echo "=== with the live analysis ==="
+fi
 work=$(mktemp -d /tmp/np-load.XXXXXX)
 port=$((20000 + RANDOM % 20000))
 ulimit -n "$(ulimit -Hn)" || true
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (cores: $(nproc))"
 "$build/aggregator/netprism-aggregator" --listen "tcp://127.0.0.1:$port" --query "tcp://127.0.0.1:$((port + 1))" \
-  --data-dir "$work/data" >"$work/agg.log" 2>&1 &
+  --data-dir "$work/data" ${NP_LOAD_EXTRA:-} >"$work/agg.log" 2>&1 &
 agg=$!
 sampler=
 cleanup() {
@@ -33,8 +42,13 @@ sleep 1
 ) &
 sampler=$!
 "$build/bench/scale/netprism-sim" load --aggregator "tcp://127.0.0.1:$port" --agents "$agents" --rate "$rate" \
-  --duration "$duration" | tee "$work/load.out"
+  --duration "$duration" | tee "$work/load.out" || true  # its exit status is judged below, per criterion
 "$build/aggregator/netprism" --aggregator "tcp://127.0.0.1:$((port + 1))" status --json >"$work/status.json"
+# CPU seconds (utime + stime, clock ticks) per thread name, and of the whole process.
+for t in /proc/$agg/task/*; do
+  echo "$(cat "$t/comm") $(awk '{print $14 + $15}' "$t/stat")"
+done >"$work/threads"
+echo "process $(awk '{print $14 + $15}' "/proc/$agg/stat")" >>"$work/threads"
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 kill "$sampler" 2>/dev/null || true
 sampler=
@@ -50,7 +64,8 @@ rss = [tuple(map(int, l.split())) for l in open(f"{work}/rss") if len(l.split())
 sent, acked, stored = int(final["records_sent"]), int(final["records_acked"]), int(st["records_total"])
 target = agents * rate
 print(f"\ntotals: sent={sent} acknowledged={acked} stored={stored} lost={sent - stored}")
-print(f"records/s: target={target} acknowledged during the run={float(final['run_rate']):.0f} "
+num = lambda v: float(str(v).rstrip("/s"))
+print(f"records/s: target={target} acknowledged during the run={num(final['run_rate']):.0f} "
       f"(drain after the run {final['drain_s']} s)")
 print("lag (age of the oldest unacknowledged batch) and aggregator RSS every 5 s:")
 rss_at = lambda t: max([r for s, r in rss if s <= t + 1] or [0])
@@ -63,6 +78,18 @@ a = st.get("analysis", {})
 print(f"live analysis: last pass took {a.get('took_ms', 0):.0f} ms, keeps {a.get('window_events')} transfers, "
       f"dropped (counted) {a.get('dropped_events')}, jobs {a.get('jobs')}")
 
+import os
+tick = os.sysconf("SC_CLK_TCK")
+cpu = {}
+for l in open(f"{work}/threads"):
+    name, v = l.rsplit(" ", 1)
+    cpu[name] = cpu.get(name, 0) + int(v) / tick
+proc_cpu, ana_cpu = cpu.pop("process", 0), cpu.get("np-analysis", 0)
+print(f"aggregator CPU: {proc_cpu:.1f} s in total, live analysis thread {ana_cpu:.1f} s "
+      f"({ana_cpu / max(proc_cpu, 1e-9):.0%} of the process, {ana_cpu / max(1, acked) * 1e6:.2f} s per million records)")
+if os.environ.get("NP_LOAD_EXTRA"):
+    print("(baseline run: live analysis off)")
+
 results = []
 def check(name, ok, detail):
     results.append(ok)
@@ -71,7 +98,7 @@ print()
 check("zero loss", sent == acked == stored, f"sent {sent}, acknowledged {acked}, stored {stored}")
 # 98 %: the batches still in flight when the run stops (at most the agents' window, acknowledged within
 # milliseconds when ingest keeps up) are the only expected shortfall.
-run_rate = float(final["run_rate"])
+run_rate = num(final["run_rate"])
 check("ingest keeps up with the offered rate", run_rate >= 0.98 * target,
       f"{run_rate:.0f}/s acknowledged during the run, >= 98 % of {target}/s")
 # Lag: agents send every 100 ms and a batch is acknowledged after its group commit, so a lag that stays
