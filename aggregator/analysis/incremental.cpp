@@ -20,10 +20,6 @@ constexpr uint64_t kRestructureNs = 600'000'000'000ull;
 // A tail boundary matches the settled one when within a quarter step: two different boundaries are a step
 // apart, and the same boundary computed from two overlapping ranges moves by at most a few transfers.
 constexpr double kStitchTolerance = 0.25;
-// Iterations keep their per-node phases for the most recent 1,024 iterations (timeline and diagnosis look
-// at recent ones); older ones keep start/end/duration only, which bounds a long job's memory per
-// iteration to a few dozen bytes.
-constexpr size_t kPhaseIterations = 1024;
 // When the transfer bound is reached, evict down to 90 % of it, so that a feed steadily above the bound
 // does not pay an eviction scan every pass.
 constexpr double kEvictTo = 0.9;
@@ -173,6 +169,7 @@ void StreamingAnalysis::add(const Event& e) {
   os->last_t1 = std::max(os->last_t1, t1);
   fl.xs.push_back({e.observer, e.first_ns, t1, bytes});
   ++total_xfers_;
+  ++c.fresh;
 }
 
 void StreamingAnalysis::expire(uint64_t now_ns) {
@@ -354,8 +351,24 @@ Result StreamingAnalysis::pass(uint64_t now_ns) {
     History& h = hist_[id];
     if (h.first_ns == 0) h.first_ns = sl.first_ns;
     h.seen = true;
-    Job j = analyse_job(n, sl, h, id);
-    j.nodes = std::move(names);
+    uint64_t fresh = 0;
+    for (uint32_t c : sl.conns) fresh += conns_[c].fresh;
+    bool reuse = h.has_last && h.last_tail > kTailMaxXfers && fresh * 2 < h.last_tail &&
+                 h.last_conns == sl.conns.size() && now_ns < h.analysed_ns + kStaleNs;
+    Job j;
+    if (reuse) {
+      j = h.last;
+    } else {
+      j = analyse_job(n, sl, h, id);
+      j.nodes = std::move(names);
+      for (uint32_t c : sl.conns) conns_[c].fresh = 0;
+      h.last_tail = sl.xfers.size();
+      h.last_conns = sl.conns.size();
+      h.analysed_ns = now_ns;
+      h.has_last = h.last_tail > kTailMaxXfers;  // a copy only where it saves work
+      if (h.has_last) h.last = j;
+      sl.xfers = {};
+    }
     for (uint32_t c : sl.conns) {
       job_of_uid[conns_[c].uid] = id;
       keep_from[c] = h.tail_from;
@@ -457,10 +470,19 @@ Job StreamingAnalysis::analyse_job(const Normalized& n, JobSlice& sl, History& h
     x.duration_ns = x.end_ns - x.start_ns;
     h.iterations.push_back(std::move(x));
   }
-  for (size_t k = 0; k + kPhaseIterations < h.iterations.size(); ++k) {
-    if (h.iterations[k].phases.empty()) continue;
-    h.iterations[k].phases.clear();
-    h.iterations[k].phases.shrink_to_fit();
+  {
+    size_t kept = 0;
+    bool full = false;
+    for (size_t k = h.iterations.size(); k-- > 0;) {
+      auto& ph = h.iterations[k].phases;
+      full = full || kept + ph.size() > kMaxPhases;
+      if (!full) {
+        kept += ph.size();
+      } else if (!ph.empty()) {
+        ph.clear();
+        ph.shrink_to_fit();
+      }
+    }
   }
   j.iterations = h.iterations;
   {
@@ -515,12 +537,18 @@ Job StreamingAnalysis::analyse_job(const Normalized& n, JobSlice& sl, History& h
       h.anchor = static_cast<size_t>(k);
       h.tail_from = h.boundaries[static_cast<size_t>(k - 1)];
     }
-  } else if (sl.last_ns > sl.first_ns + kTailNs) {
-    // No period found in kTailNs of traffic: keep looking at the most recent kTailNs only.
-    h.tail_from = std::max(h.tail_from, sl.last_ns - kTailNs);
-    h.anchor = 0;
-    h.boundaries.clear();
-    h.iterations.clear();
+  } else {
+    // No period found (yet): once the job is older than kTailNs, keep looking at its most recent kTailNs
+    // only, and at most at its last kAperiodicMaxXfers transfers.
+    uint64_t from = sl.last_ns > sl.first_ns + kTailNs ? sl.last_ns - kTailNs : 0;
+    if (sl.xfers.size() > kAperiodicMaxXfers)
+      from = std::max(from, sl.xfers[sl.xfers.size() - kAperiodicMaxXfers].t0);
+    if (from > h.tail_from) {
+      h.tail_from = from;
+      h.anchor = 0;
+      h.boundaries.clear();
+      h.iterations.clear();
+    }
   }
   return j;
 }

@@ -80,6 +80,18 @@ class StreamingAnalysis {
   // cores); beyond, kTailIterations only. Testbed-sized jobs (16 nodes, tens of thousands of transfers in
   // 30 s) are far below it.
   static constexpr size_t kTailMaxXfers = 250'000;
+  // A job whose tail is larger than that is re-analysed only once its new transfers reach half its tail
+  // (so the work per new transfer stays constant: at most 2 tail transfers re-read per new one), or when its
+  // last analysis is kStaleNs old (its state, e.g. a hang, must still be noticed when nothing new arrives).
+  // Small jobs are re-analysed every pass: their iterations show up within a pass of their end.
+  static constexpr uint64_t kStaleNs = 5'000'000'000ull;
+  // A job with no period in its last million transfers (seconds of a 1,000-node job's traffic, hours of a
+  // 16-node one's) is re-examined over its last million only: bounds the pass of a large aperiodic "job"
+  // (bulk transfers, a load generator) in time and memory.
+  static constexpr size_t kAperiodicMaxXfers = 4 * kTailMaxXfers;
+  // Per-node phases kept over all iterations of a job (a Phase is ~80 bytes): recent iterations keep them,
+  // older ones keep start/end/duration; a 1,000-node job keeps ~100 iterations' worth, a 16-node one 6,000.
+  static constexpr size_t kMaxPhases = 200'000;
 
  private:
   struct ObsStat {
@@ -121,6 +133,7 @@ class StreamingAnalysis {
     uint64_t uid;  // never reused: names the connection across compactions (structure cache keys)
     uint64_t first_ns = UINT64_MAX, last_ns = 0;
     bool closed = false;
+    uint64_t fresh = 0;  // transfers stored since its job was last analysed
     std::string label;
     std::vector<uint32_t> flows;
   };
@@ -136,6 +149,12 @@ class StreamingAnalysis {
     bool has_structure = false;
     uint64_t first_ns = 0;
     bool seen = false;  // present in the current pass
+    // The last result, reused while a large job has little new data (see kTailMaxXfers).
+    Job last;
+    bool has_last = false;
+    size_t last_tail = 0;   // transfers that analysis looked at
+    size_t last_conns = 0;  // connections the job had then
+    uint64_t analysed_ns = 0;
   };
 
   uint32_t node_of_addr(uint32_t addr);

@@ -4,12 +4,13 @@
 // to new data plus a bounded tail, and that the streaming result equals the offline one.
 //
 //   live_bench periodic [--nodes 64 --dp 8 --pp 8 --iters 300]   a simulated training job (sim_model)
-//   live_bench load [--nodes 1000 --rate 200 --seconds 60]         the ingest load test's traffic
+//   live_bench load [--nodes 1000 --rate 200 --seconds 60 --jitter-ms 0]  the ingest load test's traffic
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <random>
 #include <string>
 
 #include "incremental.hpp"
@@ -69,8 +70,13 @@ int main(int argc, char** argv) {
   if (mode == "load") {
     int rate = arg(argc, argv, "--rate", 200), seconds = arg(argc, argv, "--seconds", 60);
     int per_tick = std::max(1, rate / 10);
+    // --jitter-ms J: each tick late by a random 0..J ms (a CPU-starved sender), which makes the traffic
+    // aperiodic for the timeline.
+    int jitter = arg(argc, argv, "--jitter-ms", 0);
+    std::mt19937_64 rng(1);
     uint64_t t = 1'000'000'000;
-    for (int tick = 0; tick < seconds * 10; ++tick, t += 100'000'000)
+    for (int tick = 0; tick < seconds * 10;
+         ++tick, t += 100'000'000 + (jitter ? rng() % (static_cast<uint64_t>(jitter) * 1'000'000) : 0))
       for (int i = 0; i < nodes; ++i)
         for (int k = 0; k < per_tick; ++k)
           in.events.push_back(

@@ -63,7 +63,7 @@ st = json.load(open(f"{work}/status.json"))
 rss = [tuple(map(int, l.split())) for l in open(f"{work}/rss") if len(l.split()) == 2]
 sent, acked, stored = int(final["records_sent"]), int(final["records_acked"]), int(st["records_total"])
 target = agents * rate
-print(f"\ntotals: sent={sent} acknowledged={acked} stored={stored} lost={sent - stored}")
+print(f"\ntotals: sent={sent} acknowledged={acked} stored={stored} not stored={sent - stored}")
 num = lambda v: float(str(v).rstrip("/s"))
 print(f"records/s: target={target} acknowledged during the run={num(final['run_rate']):.0f} "
       f"(drain after the run {final['drain_s']} s)")
@@ -95,7 +95,11 @@ def check(name, ok, detail):
     results.append(ok)
     print(f"{'PASS' if ok else 'FAIL'}: {name} ({detail})")
 print()
-check("zero loss", sent == acked == stored, f"sent {sent}, acknowledged {acked}, stored {stored}")
+# Generator totals = stored totals. Records not acknowledged after the drain (60 s) are still queued at the
+# agents (they would resend them), so they are reported apart from loss (acknowledged but not stored).
+check("zero loss (acknowledged == stored)", acked <= stored, f"acknowledged {acked}, stored {stored}")
+check("everything sent acknowledged after the drain", sent == acked == stored,
+      f"sent {sent}, acknowledged {acked}, stored {stored}; all_acked={final.get('all_acked')}")
 # 98 %: the batches still in flight when the run stops (at most the agents' window, acknowledged within
 # milliseconds when ingest keeps up) are the only expected shortfall.
 run_rate = num(final["run_rate"])
