@@ -344,12 +344,15 @@ Result StreamingAnalysis::pass(uint64_t now_ns) {
       for (uint32_t c : sl.conns)
         if (auto it = job_of_uid_.find(conns_[c].uid); it != job_of_uid_.end()) {
           auto h = hist_.find(it->second);
-          if (h != hist_.end() && !h->second.seen && h->second.first_ns <= sl.first_ns) id = it->second;
+          if (h != hist_.end() && !h->second.seen && h->second.first_ns <= sl.first_ns &&
+              h->second.nodes == names)
+            id = it->second;
           break;
         }
     }
     History& h = hist_[id];
     if (h.first_ns == 0) h.first_ns = sl.first_ns;
+    h.nodes = names;
     h.seen = true;
     uint64_t fresh = 0;
     for (uint32_t c : sl.conns) fresh += conns_[c].fresh;

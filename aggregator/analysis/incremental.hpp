@@ -148,6 +148,7 @@ class StreamingAnalysis {
     uint64_t structure_ns = 0;  // when (data time) it was inferred
     bool has_structure = false;
     uint64_t first_ns = 0;
+    std::vector<std::string> nodes;
     bool seen = false;  // present in the current pass
     // The last result, reused while a large job has little new data (see kTailMaxXfers).
     Job last;

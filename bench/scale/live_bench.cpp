@@ -145,6 +145,10 @@ int main(int argc, char** argv) {
                     j.iterations.size(), j.parallelism.dp, j.parallelism.pp, o.iterations.size(),
                     o.parallelism.dp, o.parallelism.pp);
       }
+  for (const auto& j : live.jobs)
+    std::printf("live job %s: %zu iterations\n", j.id.c_str(), j.iterations.size());
+  for (const auto& o : off.jobs)
+    std::printf("offline job %s: %zu iterations\n", o.id.c_str(), o.iterations.size());
   std::printf(
       "passes %d, mean pass %.1f ms, last pass %.1f ms (baseline full re-analysis %.1f ms: x%.1f); "
       "jobs live %zu offline %zu; iterations identical %zu/%zu; restitched %llu, structure runs %llu, "
