@@ -140,3 +140,45 @@ TEST(StreamingAnalysis, MemoryBoundIsHardAndCounted) {
   EXPECT_LE(sa.stats().conns, l.max_conns);
   EXPECT_GT(sa.stats().dropped_xfers + sa.stats().dropped_events, 0u);
 }
+
+// Connections silent for the window are forgotten; an address scan's strings are then renumbered away
+// (generation() changes) and a later job is analysed as if alone.
+TEST(StreamingAnalysis, ForgetsSilentConnectionsAndCompactsIds) {
+  StreamingAnalysis::Limits l;
+  l.window_ns = 10 * kSec;
+  StreamingAnalysis sa(l);
+  Input scan;
+  for (int i = 0; i < 6000; ++i) {
+    FlowEvent e;
+    e.observer = "n0";
+    e.src = "10.9.0.1";
+    e.dst = "10.8." + std::to_string(i / 250) + "." + std::to_string(i % 250);
+    e.src_port = 40000;
+    e.dst_port = 22;
+    e.proto = 6;
+    e.dir = 1;
+    e.first_ns = e.last_ns = 1'700'000'000'000'000'000ull + static_cast<uint64_t>(i) * 1000;
+    e.packets = 1;
+    e.bytes = 60;
+    scan.events.push_back(e);
+  }
+  for (const auto& e : scan.events) sa.add(e);
+  sa.pass(scan.events.back().last_ns + kSec);
+  EXPECT_EQ(sa.stats().conns, 6000u);
+  uint64_t gen = sa.generation();
+
+  synth::Spec s;
+  s.dp = 2;
+  s.pp = 2;
+  s.iters = 20;
+  s.start_ns = scan.events.back().last_ns + 60 * kSec;  // long after the scan left the window
+  Input in;
+  synth::generate(s, in);
+  in = arrival_order(std::move(in));
+  uint64_t end = in.events.back().last_ns;
+  Result live = stream(sa, in, end + kSec / 2);
+  EXPECT_NE(sa.generation(), gen);
+  EXPECT_LT(sa.stats().conns, 100u);
+  in.now_ns = end + kSec / 2;
+  expect_same_jobs(live, analyze(in), 1);
+}
