@@ -7,6 +7,7 @@
 # from /proc at the end of the run: a load-independent measure of what the analysis costs next to ingest.
 # With --baseline, a first run with the live analysis effectively off (--analysis-interval-ms 3600000) gives
 # the ingest-only figures of the same machine at the same time (the machines are shared and noisy).
+# NP_LOAD_AGGREGATOR=PATH runs another aggregator binary (e.g. an older build) under the same load.
 # usage: bench/scale/run_load.sh BUILD_DIR [AGENTS] [RATE] [DURATION_S] [--baseline]
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
@@ -20,7 +21,7 @@ work=$(mktemp -d /tmp/np-load.XXXXXX)
 port=$((20000 + RANDOM % 20000))
 ulimit -n "$(ulimit -Hn)" || true
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (cores: $(nproc))"
-"$build/aggregator/netprism-aggregator" --listen "tcp://127.0.0.1:$port" --query "tcp://127.0.0.1:$((port + 1))" \
+"${NP_LOAD_AGGREGATOR:-$build/aggregator/netprism-aggregator}" --listen "tcp://127.0.0.1:$port" --query "tcp://127.0.0.1:$((port + 1))" \
   --data-dir "$work/data" ${NP_LOAD_EXTRA:-} >"$work/agg.log" 2>&1 &
 agg=$!
 sampler=
