@@ -3,7 +3,9 @@
 #include <msgpack.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <stdexcept>
 
@@ -140,6 +142,29 @@ uint64_t be(const uint8_t* p, int n) {
   uint64_t v = 0;
   for (int i = 0; i < n; ++i) v = (v << 8) | p[i];
   return v;
+}
+
+// Big-endian load of k = 1, 2, 4 or 8 bytes (the caller has checked they are there).
+inline uint64_t load_be(const uint8_t* p, std::size_t k) {
+  switch (k) {
+    case 1:
+      return p[0];
+    case 2: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return __builtin_bswap16(v);
+    }
+    case 4: {
+      uint32_t v;
+      std::memcpy(&v, p, 4);
+      return __builtin_bswap32(v);
+    }
+    default: {
+      uint64_t v;
+      std::memcpy(&v, p, 8);
+      return __builtin_bswap64(v);
+    }
+  }
 }
 
 struct Limits {
@@ -319,9 +344,34 @@ class Reader {
   }
   void close() { --depth_; }
 
+  // Fast path for what encoders write for non-negative values (positive fixint, uint8..uint64) when the
+  // value fits T; everything else -- negative or signed encodings, truncation, range errors -- goes through
+  // num_slow(), which re-reads from the same position and so produces the same results and messages.
   template <class T>
   T num(const char* what) {
     static_assert(std::is_integral_v<T>);
+    if (p_ != end_) {
+      const uint8_t c = *p_;
+      if (c <= 0x7f) {  // fits every integral T (int8_t included)
+        ++p_;
+        return static_cast<T>(c);
+      }
+      if (c >= 0xcc && c <= 0xcf) {
+        const std::size_t k = std::size_t{1} << (c - 0xcc);
+        if (static_cast<std::size_t>(end_ - p_) > k) {
+          const uint64_t u = load_be(p_ + 1, k);
+          if (u <= static_cast<uint64_t>(std::numeric_limits<T>::max())) {
+            p_ += 1 + k;
+            return static_cast<T>(u);
+          }
+        }
+      }
+    }
+    return num_slow<T>(what);
+  }
+
+  template <class T>
+  T num_slow(const char* what) {
     bool neg = false;
     uint64_t u = 0;
     int64_t i = 0;
@@ -373,6 +423,13 @@ class Reader {
   std::string str(const char* what) { return std::string(str_view(what)); }
 
   void bin_fixed(uint8_t* out, std::size_t n, const char* what) {
+    // Fast path: bin8 of exactly n bytes, all present and within the limit (addresses: 16 bytes).
+    if (n < 256 && end_ - p_ >= static_cast<std::ptrdiff_t>(n + 2) && p_[0] == 0xc4 && p_[1] == n &&
+        n <= lim_.bin) {
+      std::memcpy(out, p_ + 2, n);
+      p_ += n + 2;
+      return;
+    }
     uint8_t c = byte();
     uint64_t k = UINT64_MAX;
     if (c == 0xc4)
@@ -389,6 +446,14 @@ class Reader {
 
   // Skips `count` whole objects (trailing fields of a newer minor revision), validating them.
   void skip(uint64_t count) {
+    // Fast path: the trailing fields are one-byte objects (nil, booleans, fixints -- the reserved nils of
+    // a flowlet), which validate_objects() would accept byte by byte without a limit to check.
+    while (count > 0 && p_ != end_) {
+      const uint8_t c = *p_;
+      if (!(c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3)) break;
+      ++p_;
+      --count;
+    }
     if (count == 0) return;
     const std::size_t n = static_cast<std::size_t>(end_ - begin_);
     p_ = begin_ + validate_objects(begin_, n, static_cast<std::size_t>(p_ - begin_), count, depth_, lim_);
