@@ -41,6 +41,7 @@ Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalys
       reg_(reg),
       live_(live),
       store_(s.data_dir, store::Db::Mode::kReadWrite, static_cast<int>(s.zstd_level)),
+      checkpointer_(store_.db(), store::Store::resolve(s.data_dir)),
       router_(ctx, zmq::socket_type::router),
       pool_(std::make_unique<WorkerPool>(s.ingest_threads > 1 ? static_cast<std::size_t>(s.ingest_threads - 1)
                                                               : 0)) {

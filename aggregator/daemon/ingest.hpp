@@ -12,6 +12,7 @@
 #include "live_analysis.hpp"
 #include "registry.hpp"
 #include "settings.hpp"
+#include "checkpointer.hpp"
 #include "store.hpp"
 #include "worker_pool.hpp"
 
@@ -33,6 +34,7 @@ class Ingest {
   Registry& reg_;
   LiveAnalysis& live_;
   store::Store store_;
+  store::Checkpointer checkpointer_;  // after store_: it hooks store_'s connection and must go first
   zmq::socket_t router_;
   std::unique_ptr<WorkerPool> pool_;
 };
