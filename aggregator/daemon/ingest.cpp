@@ -1,10 +1,13 @@
 #include "ingest.hpp"
 
 #include <malloc.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <map>
 #include <set>
+#include <system_error>
 
 #include "log.hpp"
 #include "batch_codec.hpp"
@@ -63,21 +66,60 @@ Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalys
   // 16 Ki small ACKs of memory.
   router_.set(zmq::sockopt::sndhwm, static_cast<int>(16 * kGroupMessages));
   router_.bind(s.listen);
+  committer_ = std::thread([this] { commit_loop(); });
+}
+
+Ingest::~Ingest() {
+  if (committer_.joinable()) {
+    {
+      std::lock_guard lk(mu_);
+      draining_ = true;
+    }
+    commit_cv_.notify_one();
+    committer_.join();
+  }
+}
+
+EventFd::EventFd() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+}
+EventFd::~EventFd() {
+  ::close(fd_);
+}
+void EventFd::signal() {
+  const uint64_t one = 1;
+  // Cannot fail short of a counter overflow (2^64 - 1 unread signals); a lost wake-up would only delay
+  // ACKs until the next 100 ms poll timeout anyway.
+  (void)!::write(fd_, &one, sizeof one);
+}
+void EventFd::clear() {
+  uint64_t n;
+  (void)!::read(fd_, &n, sizeof n);
 }
 
 void Ingest::run(std::stop_token stop) {
-  // First pass right at start: bounds changed in the config apply at once, not 30 s later.
-  auto last_retention = std::chrono::steady_clock::now() - kRetentionEvery;
-  // Two-stage pipeline: while group `cur` (decoded) is applied and committed -- the fsync is mostly waiting
-  // on the disk -- the pool threads already decode and compress `next`. Groups are still applied strictly
-  // in arrival order, and each ACK still leaves only after the commit that made its batch durable.
-  std::vector<Frame> cur, next;
+  // Stage 1 (this thread, with the pool): receive, decode, encode and compress, then queue for the
+  // committer. Stage 2 (committer thread): store, commit (fsync), then hand the ACKs back. While one commit
+  // waits on the disk, this thread keeps receiving and preparing what arrives, and the next commit takes
+  // everything prepared meanwhile. Groups are committed in arrival order, and an ACK still leaves only
+  // after the commit that made its batch durable.
+  std::vector<Frame> next;
   while (!stop.stop_requested()) {
-    if (cur.empty()) {
-      zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0}};
-      zmq::poll(items, 1, std::chrono::milliseconds(100));
+    bool room;
+    {
+      std::lock_guard lk(mu_);
+      room = pending_messages_ < kGroupMessages && pending_bytes_ < kGroupBytes;
     }
-    next.clear();
+    // Without room, only the committer's wake-up is waited for: messages stay in ZeroMQ's queues (bounded
+    // by its high-water marks), so memory stays bounded by two groups however fast agents send.
+    zmq::pollitem_t items[] = {{router_.handle(), 0, static_cast<short>(room ? ZMQ_POLLIN : 0), 0},
+                               {nullptr, wake_.fd(), ZMQ_POLLIN, 0}};
+    zmq::poll(items, 2, std::chrono::milliseconds(100));
+    if (items[1].revents & ZMQ_POLLIN) {
+      wake_.clear();
+      send_acks();
+    }
+    if (!room) continue;
     std::size_t bytes = 0;
     while (next.size() < kGroupMessages && bytes < kGroupBytes) {
       Frame f;
@@ -91,16 +133,69 @@ void Ingest::run(std::stop_token stop) {
       bytes += f.payload.size();
       next.push_back(std::move(f));
     }
-    if (!next.empty()) prepare(next);  // returns at once; the pool works on it
-    if (!cur.empty()) process(cur);
-    if (!next.empty()) pool_->finish();  // joins in on what the pool has not done yet
-    std::swap(cur, next);
+    if (next.empty()) continue;
+    prepare(next);  // the pool and this thread
+    {
+      std::lock_guard lk(mu_);
+      pending_messages_ += next.size();
+      pending_bytes_ += bytes;
+      for (auto& f : next) queued_.push_back(std::move(f));
+    }
+    next.clear();
+    commit_cv_.notify_one();
+  }
+  // Stop: the committer commits what is queued, then ends; its last ACKs go out before the socket closes.
+  {
+    std::lock_guard lk(mu_);
+    draining_ = true;
+  }
+  commit_cv_.notify_one();
+  committer_.join();
+  send_acks();
+}
+
+void Ingest::send_acks() {
+  std::vector<Reply> acks;
+  {
+    std::lock_guard lk(mu_);
+    acks.swap(acks_);
+  }
+  for (auto& r : acks) {
+    // A vanished peer makes these sends fail or drop (ROUTER discards what it cannot route); the agent then
+    // resends and gets kDuplicate, so nothing is lost.
+    if (!router_.send(r.identity, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) continue;
+    (void)router_.send(zmq::buffer(r.ack), zmq::send_flags::dontwait);
+  }
+}
+
+void Ingest::commit_loop() {
+  // First pass right at start: bounds changed in the config apply at once, not 30 s later.
+  auto last_retention = std::chrono::steady_clock::now() - kRetentionEvery;
+  for (;;) {
     if (std::chrono::steady_clock::now() - last_retention >= kRetentionEvery) {
       last_retention = std::chrono::steady_clock::now();
       retention();
     }
+    std::vector<Frame> group;
+    {
+      std::unique_lock lk(mu_);
+      // The timeout only lets retention run on an idle daemon.
+      commit_cv_.wait_for(lk, std::chrono::seconds(1), [&] { return !queued_.empty() || draining_; });
+      if (queued_.empty() && draining_) return;
+      group.swap(queued_);
+    }
+    if (group.empty()) continue;
+    std::size_t bytes = 0;
+    for (auto& f : group) bytes += f.payload.size();
+    auto replies = process(group);
+    {
+      std::lock_guard lk(mu_);
+      for (auto& r : replies) acks_.push_back(std::move(r));
+      pending_messages_ -= group.size();
+      pending_bytes_ -= bytes;
+    }
+    wake_.signal();
   }
-  if (!cur.empty()) process(cur);  // decoded already; commit and answer it before stopping
 }
 
 void Ingest::prepare(std::vector<Frame>& group) {
@@ -108,7 +203,7 @@ void Ingest::prepare(std::vector<Frame>& group) {
   wire::DecodeLimits limits;
   limits.max_message_bytes = static_cast<std::size_t>(s_.max_message_bytes);
   const int level = static_cast<int>(s_.zstd_level);
-  pool_->start(group.size(), [&group, limits, level](std::size_t i) {
+  pool_->parallel_for(group.size(), [&group, limits, level](std::size_t i) {
     Frame& f = group[i];
     if (f.parts != 1) return;
     f.decoded = wire::decode(f.bytes(), limits);
@@ -123,11 +218,11 @@ void Ingest::prepare(std::vector<Frame>& group) {
   });
 }
 
-void Ingest::process(std::vector<Frame>& group) {
+std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
   static RateLimitedLog reject_log(kRejectLogPerSecond);
   const uint64_t now = now_unix_ns();
-  struct Reply {
-    zmq::message_t* identity;
+  struct Pending {
+    Frame* frame;
     std::string ack;
     bool needs_commit;  // only sent if the transaction committed
   };
@@ -141,7 +236,7 @@ void Ingest::process(std::vector<Frame>& group) {
     bool heartbeat = false;
     bool fresh = false;  // a batch stored now (not a duplicate)
   };
-  std::vector<Reply> replies;
+  std::vector<Pending> replies;
   std::vector<Applied> applied;
   std::set<std::pair<std::string, uint64_t>> hello_here;  // registered earlier in this same group
   // The nodes table is updated once per node per group (not once per message): records add up, the
@@ -157,7 +252,7 @@ void Ingest::process(std::vector<Frame>& group) {
   auto reject = [&](Frame& f, const std::string& reason, uint64_t epoch = 0, uint64_t seq = 0) {
     reg_.count_reject(reason);
     reject_log.log("rejected a message (" + std::to_string(f.payload.size()) + " bytes): " + reason);
-    replies.push_back({&f.identity, wire::encode(Ack{epoch, seq, AckStatus::kRejected, reason, now}), false});
+    replies.push_back({&f, wire::encode(Ack{epoch, seq, AckStatus::kRejected, reason, now}), false});
   };
   auto known = [&](const std::string& node, uint64_t epoch) {
     return hello_here.count({node, epoch}) || reg_.known(node, epoch);
@@ -182,7 +277,7 @@ void Ingest::process(std::vector<Frame>& group) {
           store_.register_node(h, now);
           hello_here.emplace(h.node, h.epoch);
           replies.push_back(
-              {&f.identity, wire::encode(Ack{h.epoch, 0, AckStatus::kHelloOk, "", now_unix_ns()}), true});
+              {&f, wire::encode(Ack{h.epoch, 0, AckStatus::kHelloOk, "", now_unix_ns()}), true});
           applied.push_back({});
           applied.back().hello = std::move(h);
           break;
@@ -191,7 +286,7 @@ void Ingest::process(std::vector<Frame>& group) {
           auto& b = std::get<Batch>(d.message->body);
           if (!known(b.node, b.epoch)) {
             unknown++;
-            replies.push_back({&f.identity,
+            replies.push_back({&f,
                                wire::encode(Ack{b.epoch, b.seq, AckStatus::kUnknownNode,
                                                 "unknown node '" + b.node + "' epoch " +
                                                     std::to_string(b.epoch) + ": send HELLO, then resend",
@@ -207,7 +302,7 @@ void Ingest::process(std::vector<Frame>& group) {
           t.counters = &b.counters;
           if (!fresh) dups++;
           if (fresh) group_bytes += f.compressed.size();
-          replies.push_back({&f.identity,
+          replies.push_back({&f,
                              wire::encode(Ack{b.epoch, b.seq, fresh ? AckStatus::kOk : AckStatus::kDuplicate,
                                               "", now_unix_ns()}),
                              true});
@@ -226,7 +321,7 @@ void Ingest::process(std::vector<Frame>& group) {
           if (!known(h.node, h.epoch)) {
             // Heartbeats carry no seq; seq 0 with kUnknownNode only makes the agent introduce itself again.
             unknown++;
-            replies.push_back({&f.identity,
+            replies.push_back({&f,
                                wire::encode(Ack{h.epoch, 0, AckStatus::kUnknownNode,
                                                 "unknown node '" + h.node + "': send HELLO", now}),
                                false});
@@ -282,15 +377,11 @@ void Ingest::process(std::vector<Frame>& group) {
     for (auto& a : applied)
       if (a.heartbeat && committed) c.heartbeats++;
   });
-  for (auto& r : replies) {
-    if (r.needs_commit && !committed) continue;
-    zmq::message_t id;
-    id.copy(*r.identity);
-    // A vanished peer makes these sends fail or drop (ROUTER discards what it cannot route); the agent then
-    // resends and gets kDuplicate, so nothing is lost.
-    if (!router_.send(id, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) continue;
-    (void)router_.send(zmq::buffer(r.ack), zmq::send_flags::dontwait);
-  }
+  std::vector<Reply> out;
+  out.reserve(replies.size());
+  for (auto& r : replies)
+    if (!r.needs_commit || committed) out.push_back({std::move(r.frame->identity), std::move(r.ack)});
+  return out;
 }
 
 void Ingest::retention() {
