@@ -15,8 +15,8 @@ namespace netprism::store {
 namespace {
 
 constexpr char kMagic[4] = {'N', 'P', 'C', '1'};
-// Columns: 2 address indexes + 21 fields.
-constexpr std::size_t kColumns = 23;
+// Columns: 2 address indexes + 19 fields (roce_ops is 4 of them).
+constexpr std::size_t kColumns = 21;
 static_assert(std::endian::native == std::endian::little, "column values are stored little-endian");
 constexpr std::size_t kMaxVarint = 10;
 
@@ -40,35 +40,26 @@ inline int64_t unzigzag(uint64_t v) {
 // batch once warm.
 class AddrTable {
  public:
-  void reset(std::size_t expected) {
-    std::size_t cap = 64;
-    int bits = 6;
-    while (cap < 2 * expected) {  // load factor <= 1/2
-      cap <<= 1;
-      ++bits;
-    }
-    slots_.assign(cap, Slot{});
-    mask_ = cap - 1;
-    shift_ = 64 - bits;
+  // Starts small (most batches hold a few dozen distinct addresses) and doubles at half load, so the
+  // table a batch touches stays in cache.
+  void reset() {
+    resize(256);
     keys_.clear();
   }
   uint32_t index(const uint8_t* a) {
     uint64_t x, y;
     std::memcpy(&x, a, 8);
     std::memcpy(&y, a + 8, 8);
-    // The top bits of the product depend on every input bit (v4-mapped addresses differ only in their last
-    // bytes, so lower product bits would put a whole subnet into one slot).
-    std::size_t i =
-        static_cast<std::size_t>((((x * 0x9e3779b97f4a7c15ull) ^ y) * 0xff51afd7ed558ccdull) >> shift_);
-    for (;;) {
+    for (std::size_t i = slot_of(x, y);; i = (i + 1) & mask_) {
       Slot& s = slots_[i];
-      if (s.index == 0) {  // empty
+      if (s.index == 0) {  // empty: a new address
         keys_.push_back(a);
         s = {x, y, static_cast<uint32_t>(keys_.size())};
-        return s.index - 1;
+        const uint32_t index = s.index - 1;
+        if (2 * keys_.size() > slots_.size()) grow();
+        return index;
       }
       if (s.x == x && s.y == y) return s.index - 1;
-      i = (i + 1) & mask_;
     }
   }
   const std::vector<const uint8_t*>& keys() const { return keys_; }
@@ -78,10 +69,30 @@ class AddrTable {
     uint64_t x = 0, y = 0;
     uint32_t index = 0;  // 1-based; 0: empty
   };
+  std::size_t slot_of(uint64_t x, uint64_t y) const {
+    // The top bits of the product depend on every input bit (v4-mapped addresses differ only in their last
+    // bytes, so lower product bits would put a whole subnet into one slot).
+    return static_cast<std::size_t>((((x * 0x9e3779b97f4a7c15ull) ^ y) * 0xff51afd7ed558ccdull) >> shift_);
+  }
+  void resize(std::size_t cap) {
+    slots_.assign(cap, Slot{});
+    mask_ = cap - 1;
+    shift_ = 64 - __builtin_ctzll(cap);
+  }
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    resize(old.size() * 2);
+    for (const Slot& s : old) {
+      if (s.index == 0) continue;
+      std::size_t i = slot_of(s.x, s.y);
+      while (slots_[i].index != 0) i = (i + 1) & mask_;
+      slots_[i] = s;
+    }
+  }
   std::vector<Slot> slots_;
   std::vector<const uint8_t*> keys_;
   std::size_t mask_ = 0;
-  int shift_ = 58;
+  int shift_ = 64;
 };
 
 // One column: header byte w (bytes per value, 0..8), varint lo (the smallest value), then every value minus
@@ -127,7 +138,7 @@ std::size_t encode_into(const Batch& b, std::string& buf) {
   const std::size_t n = fl.size();
   thread_local AddrTable table;
   thread_local std::vector<uint32_t> idx;
-  table.reset(2 * n);
+  table.reset();
   idx.resize(2 * n);
   for (std::size_t i = 0; i < n; ++i) {
     idx[2 * i] = table.index(fl[i].key.saddr);

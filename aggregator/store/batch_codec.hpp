@@ -14,7 +14,7 @@
 //                               RDMA samples/bursts, QPs, counters: small, rarely many)
 //   varint n                    flowlets (at most the wire codec's array limit)
 //   varint a, a x 16 bytes      distinct addresses, in order of first use
-//   23 columns of n values:     saddr index, daddr index, ifindex, sport, dport, qpn, proto, dir, family,
+//   21 columns of n values:     saddr index, daddr index, ifindex, sport, dport, qpn, proto, dir, family,
 //                               first_ns (zigzag delta from the previous flowlet's, the first from 0),
 //                               last_ns - first_ns, packets, bytes, payload_bytes, roce_ops[0..3], last_psn,
 //                               tcp_flags, end_reason

@@ -1,5 +1,7 @@
 #include "checkpointer.hpp"
 
+#include <pthread.h>
+
 namespace netprism::store {
 
 Checkpointer::Checkpointer(Db& writer, const std::string& db_path, int threshold_pages)
@@ -40,6 +42,7 @@ int Checkpointer::on_commit(void* self, sqlite3*, const char*, int wal_pages) {
 }
 
 void Checkpointer::loop(std::stop_token stop) {
+  ::pthread_setname_np(::pthread_self(), "np-checkpoint");
   for (;;) {
     {
       std::unique_lock lk(mu_);
