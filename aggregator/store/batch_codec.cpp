@@ -28,6 +28,14 @@ inline uint8_t* put(uint8_t* p, uint64_t v) {
   *p++ = static_cast<uint8_t>(v);
   return p;
 }
+inline bool same16(const uint8_t* a, const uint8_t* b) {
+  uint64_t a0, a1, b0, b1;
+  std::memcpy(&a0, a, 8);
+  std::memcpy(&a1, a + 8, 8);
+  std::memcpy(&b0, b, 8);
+  std::memcpy(&b1, b + 8, 8);
+  return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+}
 inline uint64_t zigzag(int64_t v) {
   return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
 }
@@ -46,7 +54,7 @@ class AddrTable {
     resize(256);
     keys_.clear();
   }
-  uint32_t index(const uint8_t* a) {
+  inline uint32_t index(const uint8_t* a) {
     uint64_t x, y;
     std::memcpy(&x, a, 8);
     std::memcpy(&y, a + 8, 8);
@@ -79,7 +87,7 @@ class AddrTable {
     mask_ = cap - 1;
     shift_ = 64 - __builtin_ctzll(cap);
   }
-  void grow() {
+  [[gnu::noinline]] void grow() {
     std::vector<Slot> old = std::move(slots_);
     resize(old.size() * 2);
     for (const Slot& s : old) {
@@ -140,9 +148,13 @@ std::size_t encode_into(const Batch& b, std::string& buf) {
   thread_local std::vector<uint32_t> idx;
   table.reset();
   idx.resize(2 * n);
+  // Consecutive flowlets often share an address (the node's own, on the same side): compare with the
+  // previous one before hashing.
   for (std::size_t i = 0; i < n; ++i) {
-    idx[2 * i] = table.index(fl[i].key.saddr);
-    idx[2 * i + 1] = table.index(fl[i].key.daddr);
+    idx[2 * i] =
+        i && same16(fl[i].key.saddr, fl[i - 1].key.saddr) ? idx[2 * i - 2] : table.index(fl[i].key.saddr);
+    idx[2 * i + 1] =
+        i && same16(fl[i].key.daddr, fl[i - 1].key.daddr) ? idx[2 * i - 1] : table.index(fl[i].key.daddr);
   }
   const std::size_t bound = sizeof kMagic + 3 * kMaxVarint + rest_wire.size() + 16 * table.keys().size() +
                             kColumns * (1 + kMaxVarint + 8 * n) + 8;
