@@ -145,7 +145,7 @@ uint64_t be(const uint8_t* p, int n) {
 }
 
 // Big-endian load of k = 1, 2, 4 or 8 bytes (the caller has checked they are there).
-inline uint64_t load_be(const uint8_t* p, std::size_t k) {
+[[gnu::always_inline]] inline uint64_t load_be(const uint8_t* p, std::size_t k) {
   switch (k) {
     case 1:
       return p[0];
@@ -444,6 +444,24 @@ class Reader {
     std::memcpy(out, b, n);
   }
 
+  // Positive fixint or uint8..64 at p within max (the caller has checked the bytes are there); else clears
+  // ok. Inlined into flowlet_fast(), where it runs 21 times per flowlet.
+  [[gnu::always_inline]] static inline uint64_t fast_uint(const uint8_t*& p, uint64_t max, bool& ok) {
+    const uint8_t c = *p;
+    if (c <= 0x7f) {
+      ++p;
+      return c;
+    }
+    if (c >= 0xcc && c <= 0xcf) {
+      const std::size_t k = std::size_t{1} << (c - 0xcc);
+      const uint64_t v = load_be(p + 1, k);
+      p += 1 + k;
+      if (v <= max) return v;
+    }
+    ok = false;
+    return 0;
+  }
+
   // A flowlet exactly as encode() lays it out (array16 of 20: two bin8 addresses, 17 unsigned integers with
   // a fixarray of 4 among them, two reserved nils), read with one bounds check for the whole record. Returns
   // false -- with the cursor where it was -- for anything else, including every value the checked path
@@ -459,39 +477,24 @@ class Reader {
     std::memcpy(f.key.daddr, p + 23, 16);
     p += 39;
     bool ok = true;
-    auto u = [&](uint64_t max) -> uint64_t {  // positive fixint or uint8..64 within max
-      const uint8_t c = *p;
-      if (c <= 0x7f) {
-        ++p;
-        return c;
-      }
-      if (c >= 0xcc && c <= 0xcf) {
-        const std::size_t k = std::size_t{1} << (c - 0xcc);
-        const uint64_t v = load_be(p + 1, k);
-        p += 1 + k;
-        if (v <= max) return v;
-      }
-      ok = false;
-      return 0;
-    };
     constexpr uint64_t u8 = 0xff, u16 = 0xffff, u32 = 0xffffffff, u64 = ~uint64_t{0};
-    f.key.ifindex = static_cast<uint32_t>(u(u32));
-    f.key.sport = static_cast<uint16_t>(u(u16));
-    f.key.dport = static_cast<uint16_t>(u(u16));
-    f.key.qpn = static_cast<uint32_t>(u(u32));
-    f.key.proto = static_cast<uint8_t>(u(u8));
-    f.key.dir = static_cast<uint8_t>(u(u8));
-    f.key.family = static_cast<uint8_t>(u(u8));
-    f.first_ns = u(u64);
-    f.last_ns = u(u64);
-    f.packets = u(u64);
-    f.bytes = u(u64);
-    f.payload_bytes = u(u64);
+    f.key.ifindex = static_cast<uint32_t>(fast_uint(p, u32, ok));
+    f.key.sport = static_cast<uint16_t>(fast_uint(p, u16, ok));
+    f.key.dport = static_cast<uint16_t>(fast_uint(p, u16, ok));
+    f.key.qpn = static_cast<uint32_t>(fast_uint(p, u32, ok));
+    f.key.proto = static_cast<uint8_t>(fast_uint(p, u8, ok));
+    f.key.dir = static_cast<uint8_t>(fast_uint(p, u8, ok));
+    f.key.family = static_cast<uint8_t>(fast_uint(p, u8, ok));
+    f.first_ns = fast_uint(p, u64, ok);
+    f.last_ns = fast_uint(p, u64, ok);
+    f.packets = fast_uint(p, u64, ok);
+    f.bytes = fast_uint(p, u64, ok);
+    f.payload_bytes = fast_uint(p, u64, ok);
     if (!ok || *p++ != 0x94) return false;  // roce_ops: fixarray of 4
-    for (auto& op : f.roce_ops) op = static_cast<uint32_t>(u(u32));
-    f.last_psn = static_cast<uint32_t>(u(u32));
-    f.tcp_flags = static_cast<uint16_t>(u(u16));
-    f.end_reason = static_cast<uint8_t>(u(u8));
+    for (auto& op : f.roce_ops) op = static_cast<uint32_t>(fast_uint(p, u32, ok));
+    f.last_psn = static_cast<uint32_t>(fast_uint(p, u32, ok));
+    f.tcp_flags = static_cast<uint16_t>(fast_uint(p, u16, ok));
+    f.end_reason = static_cast<uint8_t>(fast_uint(p, u8, ok));
     if (!ok || p[0] != 0xc0 || p[1] != 0xc0) return false;
     if (f.key.proto < NP_PROTO_TCP || f.key.proto > NP_PROTO_ROCE || f.key.dir > NP_DIR_EGRESS ||
         (f.key.family != 4 && f.key.family != 6) || f.last_ns < f.first_ns)
