@@ -233,9 +233,9 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
     std::optional<Hello> hello;
     std::string seen_node;  // a batch or heartbeat from this known node
     uint64_t sent_ns = 0;
-    Counters counters;
-    uint64_t records = 0;           // newly stored records
-    std::vector<Flowlet> flowlets;  // of a newly stored batch, for the live analysis
+    const Counters* counters = nullptr;  // in the group's decoded message (alive until process() returns)
+    uint64_t records = 0;                // newly stored records
+    std::vector<Flowlet> flowlets;       // of a newly stored batch, for the live analysis
     bool heartbeat = false;
     bool fresh = false;  // a batch stored now (not a duplicate)
   };
@@ -312,7 +312,7 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
           Applied a;
           a.seen_node = b.node;
           a.sent_ns = b.sent_ns;
-          a.counters = b.counters;  // b.counters stays for the node's touch below
+          a.counters = &b.counters;
           a.records = records;
           a.fresh = fresh;
           if (fresh) a.flowlets = std::move(b.flowlets);
@@ -334,7 +334,7 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
           applied.emplace_back();
           applied.back().seen_node = h.node;
           applied.back().sent_ns = h.sent_ns;
-          applied.back().counters = h.counters;
+          applied.back().counters = &h.counters;
           applied.back().heartbeat = true;
           break;
         }
@@ -361,7 +361,7 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
         log_line("agent '" + a.hello->node + "' registered (epoch " + std::to_string(a.hello->epoch) +
                  ", version " + a.hello->agent_version + ")");
       } else {
-        reg_.on_seen(a.seen_node, a.sent_ns, now, &a.counters, a.records);
+        reg_.on_seen(a.seen_node, a.sent_ns, now, a.counters, a.records);
         if (a.heartbeat) continue;
         if (a.fresh) stored++;
         records += a.records;
