@@ -103,20 +103,42 @@ class AddrTable {
   int shift_ = 64;
 };
 
+// The columns, in stored order, as expressions of flowlet f (index i, address indexes idx). first_ns is the
+// difference from the previous flowlet's (modular, zigzag: any order round-trips); last_ns is stored as the
+// duration (the wire codec guarantees last >= first).
+#define NP_STORED_COLUMNS(X)                                                    \
+  X(0, idx[2 * i])                                                              \
+  X(1, idx[2 * i + 1])                                                          \
+  X(2, f.key.ifindex)                                                           \
+  X(3, f.key.sport)                                                             \
+  X(4, f.key.dport)                                                             \
+  X(5, f.key.qpn)                                                               \
+  X(6, f.key.proto)                                                             \
+  X(7, f.key.dir)                                                               \
+  X(8, f.key.family)                                                            \
+  X(9, zigzag(static_cast<int64_t>(f.first_ns - (i ? fl[i - 1].first_ns : 0)))) \
+  X(10, f.last_ns - f.first_ns)                                                 \
+  X(11, f.packets)                                                              \
+  X(12, f.bytes)                                                                \
+  X(13, f.payload_bytes)                                                        \
+  X(14, f.roce_ops[0])                                                          \
+  X(15, f.roce_ops[1])                                                          \
+  X(16, f.roce_ops[2])                                                          \
+  X(17, f.roce_ops[3])                                                          \
+  X(18, f.last_psn)                                                             \
+  X(19, f.tcp_flags)                                                            \
+  X(20, f.end_reason)
+
 // One column: header byte w (bytes per value, 0..8), varint lo (the smallest value), then every value minus
-// lo in w little-endian bytes. w = 0: all values equal lo (ports, protocol, interface... take no space).
-// Branch-free per value (an 8-byte store, then the pointer moves by w), which is what makes encoding cheap.
-template <class Get>
-uint8_t* column(uint8_t* p, std::size_t n, Get get) {
-  uint64_t lo = std::numeric_limits<uint64_t>::max(), hi = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const uint64_t v = get(i);
-    lo = std::min(lo, v);
-    hi = std::max(hi, v);
-  }
-  if (n == 0) lo = hi = 0;
+// lo in w little-endian bytes. w = 0: all values equal lo (ports, protocol, interface... take no space, and
+// cost no pass over the rows). Branch-free per value (an 8-byte store, then the pointer moves by w).
+inline int width(uint64_t lo, uint64_t hi) {
   const uint64_t range = hi - lo;
-  const int w = range == 0 ? 0 : (64 - __builtin_clzll(range) + 7) / 8;
+  return range == 0 ? 0 : (64 - __builtin_clzll(range) + 7) / 8;
+}
+template <class Get>
+uint8_t* column(uint8_t* p, std::size_t n, uint64_t lo, uint64_t hi, Get get) {
+  const int w = width(lo, hi);
   *p++ = static_cast<uint8_t>(w);
   p = put(p, lo);
   if (w == 0) return p;
@@ -148,13 +170,26 @@ std::size_t encode_into(const Batch& b, std::string& buf) {
   thread_local std::vector<uint32_t> idx;
   table.reset();
   idx.resize(2 * n);
-  // Consecutive flowlets often share an address (the node's own, on the same side): compare with the
-  // previous one before hashing.
+  // One pass over the rows (112 bytes each, read in order) finds the address indexes and every column's
+  // range; then only the columns that vary get a pass of their own.
+  uint64_t lo[kColumns], hi[kColumns];
+  std::fill(std::begin(lo), std::end(lo), n ? std::numeric_limits<uint64_t>::max() : 0);
+  std::fill(std::begin(hi), std::end(hi), 0);
   for (std::size_t i = 0; i < n; ++i) {
-    idx[2 * i] =
-        i && same16(fl[i].key.saddr, fl[i - 1].key.saddr) ? idx[2 * i - 2] : table.index(fl[i].key.saddr);
+    const Flowlet& f = fl[i];
+    // Consecutive flowlets often share an address (the node's own, on the same side): compare with the
+    // previous one before hashing.
+    idx[2 * i] = i && same16(f.key.saddr, fl[i - 1].key.saddr) ? idx[2 * i - 2] : table.index(f.key.saddr);
     idx[2 * i + 1] =
-        i && same16(fl[i].key.daddr, fl[i - 1].key.daddr) ? idx[2 * i - 1] : table.index(fl[i].key.daddr);
+        i && same16(f.key.daddr, fl[i - 1].key.daddr) ? idx[2 * i - 1] : table.index(f.key.daddr);
+#define NP_RANGE(c, expr)                           \
+  {                                                 \
+    const uint64_t v = static_cast<uint64_t>(expr); \
+    lo[c] = std::min(lo[c], v);                     \
+    hi[c] = std::max(hi[c], v);                     \
+  }
+    NP_STORED_COLUMNS(NP_RANGE)
+#undef NP_RANGE
   }
   const std::size_t bound = sizeof kMagic + 3 * kMaxVarint + rest_wire.size() + 16 * table.keys().size() +
                             kColumns * (1 + kMaxVarint + 8 * n) + 8;
@@ -172,30 +207,18 @@ std::size_t encode_into(const Batch& b, std::string& buf) {
     std::memcpy(p, a, 16);
     p += 16;
   }
-  p = column(p, n, [&](std::size_t i) { return uint64_t{idx[2 * i]}; });
-  p = column(p, n, [&](std::size_t i) { return uint64_t{idx[2 * i + 1]}; });
-  p = column(p, n, [&](std::size_t i) { return uint64_t{fl[i].key.ifindex}; });
-  p = column(p, n, [&](std::size_t i) { return uint64_t{fl[i].key.sport}; });
-  p = column(p, n, [&](std::size_t i) { return uint64_t{fl[i].key.dport}; });
-  p = column(p, n, [&](std::size_t i) { return uint64_t{fl[i].key.qpn}; });
-  p = column(p, n, [&](std::size_t i) { return uint64_t{fl[i].key.proto}; });
-  p = column(p, n, [&](std::size_t i) { return uint64_t{fl[i].key.dir}; });
-  p = column(p, n, [&](std::size_t i) { return uint64_t{fl[i].key.family}; });
-  // first_ns as the difference from the previous flowlet's (modular, zigzag: any order round-trips).
-  p = column(p, n, [&](std::size_t i) {
-    return zigzag(static_cast<int64_t>(fl[i].first_ns - (i ? fl[i - 1].first_ns : 0)));
+#define NP_WRITE(c, expr)                             \
+  p = column(p, n, lo[c], hi[c], [&](std::size_t i) { \
+    const Flowlet& f = fl[i];                         \
+    (void)f;                                          \
+    return static_cast<uint64_t>(expr);               \
   });
-  p = column(p, n, [&](std::size_t i) { return fl[i].last_ns - fl[i].first_ns; });  // codec: last >= first
-  p = column(p, n, [&](std::size_t i) { return fl[i].packets; });
-  p = column(p, n, [&](std::size_t i) { return fl[i].bytes; });
-  p = column(p, n, [&](std::size_t i) { return fl[i].payload_bytes; });
-  for (int k = 0; k < NP_ROCE_CLASSES; ++k)
-    p = column(p, n, [&](std::size_t i) { return uint64_t{fl[i].roce_ops[k]}; });
-  p = column(p, n, [&](std::size_t i) { return uint64_t{fl[i].last_psn}; });
-  p = column(p, n, [&](std::size_t i) { return uint64_t{fl[i].tcp_flags}; });
-  p = column(p, n, [&](std::size_t i) { return uint64_t{fl[i].end_reason}; });
+  NP_STORED_COLUMNS(NP_WRITE)
+#undef NP_WRITE
+  static_assert(NP_ROCE_CLASSES == 4 && kColumns == 21, "NP_STORED_COLUMNS lists every column");
   return static_cast<std::size_t>(p - start);
 }
+#undef NP_STORED_COLUMNS
 
 struct Corrupt : std::runtime_error {
   using std::runtime_error::runtime_error;
