@@ -1,5 +1,7 @@
 #include "worker_pool.hpp"
 
+#include <pthread.h>
+
 namespace netprism::daemon {
 
 WorkerPool::WorkerPool(std::size_t threads) {
@@ -49,6 +51,7 @@ void WorkerPool::finish() {
 }
 
 void WorkerPool::loop() {
+  ::pthread_setname_np(::pthread_self(), "np-pool");
   std::unique_lock lk(mu_);
   uint64_t seen = 0;
   for (;;) {

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "netprism/wire.hpp"
+#include "batch_codec.hpp"
 #include "zstd_blob.hpp"
 
 namespace netprism::store {
@@ -38,8 +39,10 @@ CREATE TABLE IF NOT EXISTS findings(
 CREATE INDEX IF NOT EXISTS findings_job ON findings(job);
 )sql";
 
-// The wire codec's own ceiling: nothing larger was ever accepted, so nothing larger is decompressed.
-const std::size_t kMaxStoredMessage = wire::DecodeLimits{}.max_message_bytes;
+// The wire codec's own ceiling, twice: nothing larger was ever accepted, and the column encoding of a batch
+// is at most a few bytes per flowlet larger than its wire message (batch_codec.hpp), so nothing larger is
+// decompressed.
+const std::size_t kMaxStoredMessage = 2 * wire::DecodeLimits{}.max_message_bytes;
 
 bool is_dir(const std::string& p) {
   struct stat st {};
@@ -111,7 +114,7 @@ bool Store::insert_batch(const Batch& b, std::string_view wire_bytes, uint64_t r
   std::string& z = zbuf_;
   // Keep the buffer's capacity across batches: resize within capacity does not touch the allocator.
   z.resize(z.capacity());
-  if (!zstd_compress_into(wire_bytes, zstd_level_, z)) throw SqliteError("zstd compression failed");
+  if (!compress_stored(b, zstd_level_, z, scratch_)) throw SqliteError("zstd compression failed");
   return insert_compressed(b, z, wire_bytes.size(), received_ns);
 }
 
@@ -329,12 +332,10 @@ void Store::scan_batches(const std::optional<std::string>& node, uint64_t since,
     std::string err;
     auto raw = zstd_decompress(s.blob(0), kMaxStoredMessage, err);
     if (raw) {
-      auto d = wire::decode(*raw);
-      if (d && d.message->type == MsgType::kBatch) {
-        fn(std::get<Batch>(d.message->body), static_cast<uint64_t>(s.i64(1)));
+      if (auto b = decode_stored(*raw, err)) {
+        fn(*b, static_cast<uint64_t>(s.i64(1)));
         continue;
       }
-      err = d ? "stored row is not a batch" : d.error;
     }
     if (on_error) on_error("batch row " + std::to_string(s.i64(2)) + ": " + err);
   }

@@ -1,6 +1,7 @@
 // The aggregator's embedded store: one SQLite database in WAL mode under --data-dir.
 //
-// Tables: `batches` holds every acknowledged batch as its zstd-compressed wire message, indexed by (node,
+// Tables: `batches` holds every acknowledged batch zstd-compressed (column-encoded, batch_codec.hpp; rows of
+// older builds hold the wire message, and both are read), indexed by (node,
 // time) and unique on (node, epoch, seq) -- the duplicate check and the durability point are one INSERT in
 // the same transaction as the node's counters. `nodes`/`epochs` hold registrations (reloaded on restart);
 // `jobs`/`iterations`/`findings` hold the analysis' latest results; `meta` holds small settings (the ports
@@ -108,7 +109,8 @@ class Store {
   Db db_;
   int zstd_level_;
   Stmt ins_batch_, touch_, touch_counters_;
-  std::string zbuf_;  // compression buffer reused across batches
+  std::string zbuf_;     // compression buffer reused across batches
+  std::string scratch_;  // column encoding before compression, reused likewise
 };
 
 }  // namespace netprism::store

@@ -14,7 +14,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <fstream>
 #include <random>
+#include <sstream>
+
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "test_sender.hpp"
 
@@ -62,6 +67,29 @@ std::vector<std::vector<std::string>> make_batches(const Params& p, uint64_t epo
 }
 
 // Sends every message of one sender with a bounded window, waiting for one reply each. Returns replies seen.
+// CPU seconds (user + system) a process has used so far, from /proc/PID/stat; -1 if unreadable.
+double proc_cpu_s(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return -1;
+  auto close = line.rfind(')');  // the command name may hold spaces; fields resume after it
+  if (close == std::string::npos) return -1;
+  std::istringstream in(line.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && in >> field; ++i)
+    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// CPU seconds this (bench) process has used so far: the senders, and in the raw run the ROUTER too.
+double self_cpu_s() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
 uint64_t pump(zmq::socket_t& sock, const std::vector<std::string>& msgs, int window,
               const std::function<bool(const zmq::message_t&)>& ok) {
   std::size_t next = 0;
@@ -80,7 +108,12 @@ uint64_t pump(zmq::socket_t& sock, const std::vector<std::string>& msgs, int win
   return good;
 }
 
-double run_raw(const Params& p, const std::vector<std::vector<std::string>>& msgs) {
+struct Raw {
+  double secs = 0;
+  double cpu_s = 0;  // of the whole bench process while timed (senders + ROUTER + ZeroMQ I/O threads)
+};
+
+Raw run_raw(const Params& p, const std::vector<std::vector<std::string>>& msgs) {
   zmq::context_t ctx(2);
   zmq::socket_t router(ctx, zmq::socket_type::router);
   router.set(zmq::sockopt::linger, 0);
@@ -110,16 +143,19 @@ double run_raw(const Params& p, const std::vector<std::vector<std::string>>& msg
     socks.back()->connect(ep);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // connections up before timing
+  Raw r;
+  const double cpu0 = self_cpu_s();
   auto t0 = Clock::now();
   std::vector<std::thread> th;
   for (int s = 0; s < p.senders; ++s)
     th.emplace_back(
         [&, s] { pump(*socks[s], msgs[s], p.window, [](const zmq::message_t&) { return true; }); });
   for (auto& t : th) t.join();
-  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.cpu_s = self_cpu_s() - cpu0;
   stop = true;
   server.join();
-  return secs;
+  return r;
 }
 
 struct Durable {
@@ -127,6 +163,8 @@ struct Durable {
   uint64_t stored_ok = 0;
   uint64_t blob_bytes = 0;
   uint64_t file_bytes = 0;
+  double aggregator_cpu_s = 0;  // while timed
+  double senders_cpu_s = 0;     // this process while timed
 };
 
 Durable run_durable(const Params& p, const std::vector<std::vector<std::string>>& msgs, uint64_t epoch,
@@ -146,6 +184,7 @@ Durable run_durable(const Params& p, const std::vector<std::vector<std::string>>
     if (!a || a->status != AckStatus::kHelloOk) throw std::runtime_error("HELLO not accepted");
   }
   std::atomic<uint64_t> ok{0};
+  const double agg0 = proc_cpu_s(proc.pid()), self0 = self_cpu_s();
   auto t0 = Clock::now();
   std::vector<std::thread> th;
   for (int s = 0; s < p.senders; ++s)
@@ -158,6 +197,8 @@ Durable run_durable(const Params& p, const std::vector<std::vector<std::string>>
     });
   for (auto& t : th) t.join();
   d.secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  d.aggregator_cpu_s = proc_cpu_s(proc.pid()) - agg0;
+  d.senders_cpu_s = self_cpu_s() - self0;
   d.stored_ok = ok;
   proc.stop(SIGTERM);
   sqlite3* db = nullptr;
@@ -212,7 +253,8 @@ int main(int argc, char** argv) {
       (std::filesystem::temp_directory_path() / ("np_ingest_bench_" + std::to_string(::getpid()))).string();
   std::filesystem::create_directories(dir);
 
-  double raw = p.skip_raw ? 1 : run_raw(p, msgs);
+  Raw rr = p.skip_raw ? Raw{1, 0} : run_raw(p, msgs);
+  const double raw = rr.secs;
   Durable d = run_durable(p, msgs, epoch, dir);
   std::filesystem::remove_all(dir);
 
@@ -230,6 +272,10 @@ int main(int argc, char** argv) {
                         {"ratio_durable_vs_raw", dur_rps / raw_rps},
                         {"batches_acked_ok", d.stored_ok},
                         {"stored_bytes_per_record", d.blob_bytes / records},
+                        // CPU per record (ns) while timed: where the time goes on a shared machine
+                        {"raw_cpu_ns_per_record", rr.cpu_s / records * 1e9},
+                        {"durable_senders_cpu_ns_per_record", d.senders_cpu_s / records * 1e9},
+                        {"durable_aggregator_cpu_ns_per_record", d.aggregator_cpu_s / records * 1e9},
                         {"db_file_bytes_per_record", d.file_bytes / records}};
   std::cout << out.dump(2) << "\n";
   if (d.stored_ok != static_cast<uint64_t>(p.senders) * p.batches) {

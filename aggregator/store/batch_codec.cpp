@@ -1,0 +1,376 @@
+#include "batch_codec.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+#include "netprism/wire.hpp"
+#include "zstd_blob.hpp"
+
+namespace netprism::store {
+
+namespace {
+
+constexpr char kMagic[4] = {'N', 'P', 'C', '1'};
+// Columns: 2 address indexes + 19 fields (roce_ops is 4 of them).
+constexpr std::size_t kColumns = 21;
+static_assert(std::endian::native == std::endian::little, "column values are stored little-endian");
+constexpr std::size_t kMaxVarint = 10;
+
+inline uint8_t* put(uint8_t* p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = static_cast<uint8_t>(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = static_cast<uint8_t>(v);
+  return p;
+}
+inline bool same16(const uint8_t* a, const uint8_t* b) {
+  uint64_t a0, a1, b0, b1;
+  std::memcpy(&a0, a, 8);
+  std::memcpy(&a1, a + 8, 8);
+  std::memcpy(&b0, b, 8);
+  std::memcpy(&b1, b + 8, 8);
+  return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+}
+inline uint64_t zigzag(int64_t v) {
+  return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
+}
+inline int64_t unzigzag(uint64_t v) {
+  return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1);
+}
+
+// Per-batch address table: open addressing with the 16-byte keys held in the slots themselves (a compare
+// touches one cache line, not the flowlet the address came from). Reused per thread, so no allocation per
+// batch once warm.
+class AddrTable {
+ public:
+  // Starts small (most batches hold a few dozen distinct addresses) and doubles at half load, so the
+  // table a batch touches stays in cache.
+  void reset() {
+    resize(256);
+    keys_.clear();
+  }
+  inline uint32_t index(const uint8_t* a) {
+    uint64_t x, y;
+    std::memcpy(&x, a, 8);
+    std::memcpy(&y, a + 8, 8);
+    for (std::size_t i = slot_of(x, y);; i = (i + 1) & mask_) {
+      Slot& s = slots_[i];
+      if (s.index == 0) {  // empty: a new address
+        keys_.push_back(a);
+        s = {x, y, static_cast<uint32_t>(keys_.size())};
+        const uint32_t index = s.index - 1;
+        if (2 * keys_.size() > slots_.size()) grow();
+        return index;
+      }
+      if (s.x == x && s.y == y) return s.index - 1;
+    }
+  }
+  const std::vector<const uint8_t*>& keys() const { return keys_; }
+
+ private:
+  struct Slot {
+    uint64_t x = 0, y = 0;
+    uint32_t index = 0;  // 1-based; 0: empty
+  };
+  std::size_t slot_of(uint64_t x, uint64_t y) const {
+    // The top bits of the product depend on every input bit (v4-mapped addresses differ only in their last
+    // bytes, so lower product bits would put a whole subnet into one slot).
+    return static_cast<std::size_t>((((x * 0x9e3779b97f4a7c15ull) ^ y) * 0xff51afd7ed558ccdull) >> shift_);
+  }
+  void resize(std::size_t cap) {
+    slots_.assign(cap, Slot{});
+    mask_ = cap - 1;
+    shift_ = 64 - __builtin_ctzll(cap);
+  }
+  [[gnu::noinline]] void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    resize(old.size() * 2);
+    for (const Slot& s : old) {
+      if (s.index == 0) continue;
+      std::size_t i = slot_of(s.x, s.y);
+      while (slots_[i].index != 0) i = (i + 1) & mask_;
+      slots_[i] = s;
+    }
+  }
+  std::vector<Slot> slots_;
+  std::vector<const uint8_t*> keys_;
+  std::size_t mask_ = 0;
+  int shift_ = 64;
+};
+
+// The columns, in stored order, as expressions of flowlet f (index i, address indexes idx). first_ns is the
+// difference from the previous flowlet's (modular, zigzag: any order round-trips); last_ns is stored as the
+// duration (the wire codec guarantees last >= first).
+#define NP_STORED_COLUMNS(X)                                                    \
+  X(0, idx[2 * i])                                                              \
+  X(1, idx[2 * i + 1])                                                          \
+  X(2, f.key.ifindex)                                                           \
+  X(3, f.key.sport)                                                             \
+  X(4, f.key.dport)                                                             \
+  X(5, f.key.qpn)                                                               \
+  X(6, f.key.proto)                                                             \
+  X(7, f.key.dir)                                                               \
+  X(8, f.key.family)                                                            \
+  X(9, zigzag(static_cast<int64_t>(f.first_ns - (i ? fl[i - 1].first_ns : 0)))) \
+  X(10, f.last_ns - f.first_ns)                                                 \
+  X(11, f.packets)                                                              \
+  X(12, f.bytes)                                                                \
+  X(13, f.payload_bytes)                                                        \
+  X(14, f.roce_ops[0])                                                          \
+  X(15, f.roce_ops[1])                                                          \
+  X(16, f.roce_ops[2])                                                          \
+  X(17, f.roce_ops[3])                                                          \
+  X(18, f.last_psn)                                                             \
+  X(19, f.tcp_flags)                                                            \
+  X(20, f.end_reason)
+
+// One column: header byte w (bytes per value, 0..8), varint lo (the smallest value), then every value minus
+// lo in w little-endian bytes. w = 0: all values equal lo (ports, protocol, interface... take no space, and
+// cost no pass over the rows). Branch-free per value (an 8-byte store, then the pointer moves by w).
+inline int width(uint64_t lo, uint64_t hi) {
+  const uint64_t range = hi - lo;
+  return range == 0 ? 0 : (64 - __builtin_clzll(range) + 7) / 8;
+}
+template <class Get>
+uint8_t* column(uint8_t* p, std::size_t n, uint64_t lo, uint64_t hi, Get get) {
+  const int w = width(lo, hi);
+  *p++ = static_cast<uint8_t>(w);
+  p = put(p, lo);
+  if (w == 0) return p;
+  for (std::size_t i = 0; i < n; ++i) {
+    const uint64_t v = get(i) - lo;
+    std::memcpy(p, &v, 8);  // the buffer keeps 8 bytes of slack past the bound (see encode_into)
+    p += w;
+  }
+  return p;
+}
+
+// Encodes into buf (grown, never shrunk, so its bytes are not zero-filled again per batch); returns the
+// length used.
+std::size_t encode_into(const Batch& b, std::string& buf) {
+  Batch rest;  // everything but the flowlets, as a wire message
+  rest.node = b.node;
+  rest.epoch = b.epoch;
+  rest.seq = b.seq;
+  rest.sent_ns = b.sent_ns;
+  rest.rdma_samples = b.rdma_samples;
+  rest.rdma_bursts = b.rdma_bursts;
+  rest.qps = b.qps;
+  rest.counters = b.counters;
+  const std::string rest_wire = wire::encode(rest);
+
+  const auto& fl = b.flowlets;
+  const std::size_t n = fl.size();
+  thread_local AddrTable table;
+  thread_local std::vector<uint32_t> idx;
+  table.reset();
+  idx.resize(2 * n);
+  // One pass over the rows (112 bytes each, read in order) finds the address indexes and every column's
+  // range; then only the columns that vary get a pass of their own.
+  uint64_t lo[kColumns], hi[kColumns];
+  std::fill(std::begin(lo), std::end(lo), n ? std::numeric_limits<uint64_t>::max() : 0);
+  std::fill(std::begin(hi), std::end(hi), 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Flowlet& f = fl[i];
+    // Consecutive flowlets often share an address (the node's own, on the same side): compare with the
+    // previous one before hashing.
+    idx[2 * i] = i && same16(f.key.saddr, fl[i - 1].key.saddr) ? idx[2 * i - 2] : table.index(f.key.saddr);
+    idx[2 * i + 1] =
+        i && same16(f.key.daddr, fl[i - 1].key.daddr) ? idx[2 * i - 1] : table.index(f.key.daddr);
+#define NP_RANGE(c, expr)                           \
+  {                                                 \
+    const uint64_t v = static_cast<uint64_t>(expr); \
+    lo[c] = std::min(lo[c], v);                     \
+    hi[c] = std::max(hi[c], v);                     \
+  }
+    NP_STORED_COLUMNS(NP_RANGE)
+#undef NP_RANGE
+  }
+  const std::size_t bound = sizeof kMagic + 3 * kMaxVarint + rest_wire.size() + 16 * table.keys().size() +
+                            kColumns * (1 + kMaxVarint + 8 * n) + 8;
+  if (buf.size() < bound) buf.resize(bound);
+  auto* const start = reinterpret_cast<uint8_t*>(buf.data());
+  uint8_t* p = start;
+  std::memcpy(p, kMagic, sizeof kMagic);
+  p += sizeof kMagic;
+  p = put(p, rest_wire.size());
+  std::memcpy(p, rest_wire.data(), rest_wire.size());
+  p += rest_wire.size();
+  p = put(p, n);
+  p = put(p, table.keys().size());
+  for (const uint8_t* a : table.keys()) {
+    std::memcpy(p, a, 16);
+    p += 16;
+  }
+#define NP_WRITE(c, expr)                             \
+  p = column(p, n, lo[c], hi[c], [&](std::size_t i) { \
+    const Flowlet& f = fl[i];                         \
+    (void)f;                                          \
+    return static_cast<uint64_t>(expr);               \
+  });
+  NP_STORED_COLUMNS(NP_WRITE)
+#undef NP_WRITE
+  static_assert(NP_ROCE_CLASSES == 4 && kColumns == 21, "NP_STORED_COLUMNS lists every column");
+  return static_cast<std::size_t>(p - start);
+}
+#undef NP_STORED_COLUMNS
+
+struct Corrupt : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Bounds-checked reader over the stored bytes.
+class In {
+ public:
+  In(const uint8_t* p, std::size_t n) : p_(p), end_(p + n) {}
+  std::size_t left() const { return static_cast<std::size_t>(end_ - p_); }
+  uint64_t var() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (p_ == end_) throw Corrupt("truncated");
+      const uint8_t c = *p_++;
+      if (shift == 63 && c > 1) throw Corrupt("varint overflow");
+      v |= static_cast<uint64_t>(c & 0x7f) << shift;
+      if (!(c & 0x80)) return v;
+    }
+    throw Corrupt("varint overflow");
+  }
+  const uint8_t* take(std::size_t k) {
+    if (left() < k) throw Corrupt("truncated");
+    const uint8_t* s = p_;
+    p_ += k;
+    return s;
+  }
+
+ private:
+  const uint8_t* p_;
+  const uint8_t* end_;
+};
+
+// Reads one column (see column()) and hands value i to set(i, v); every value is checked against max.
+template <class Set>
+void read_column(In& in, std::size_t n, uint64_t max, const char* what, Set set) {
+  const uint8_t w = in.take(1)[0];
+  if (w > 8) throw Corrupt(std::string(what) + ": bad width");
+  const uint64_t lo = in.var();
+  if (lo > max) throw Corrupt(std::string(what) + " out of range");
+  const uint8_t* d = in.take(n * w);  // n is bounded (decode_columns), so n * w cannot overflow
+  for (std::size_t i = 0; i < n; ++i, d += w) {
+    uint64_t v = 0;
+    for (int k = w - 1; k >= 0; --k) v = (v << 8) | d[k];
+    if (v > max - lo) throw Corrupt(std::string(what) + " out of range");
+    set(i, lo + v);
+  }
+}
+
+Batch decode_columns(std::string_view bytes) {
+  In in(reinterpret_cast<const uint8_t*>(bytes.data()) + sizeof kMagic, bytes.size() - sizeof kMagic);
+  const uint64_t rest_len = in.var();
+  if (rest_len > in.left()) throw Corrupt("truncated");
+  const auto* rest = in.take(static_cast<std::size_t>(rest_len));
+  auto d =
+      wire::decode(std::string_view(reinterpret_cast<const char*>(rest), static_cast<std::size_t>(rest_len)));
+  if (!d) throw Corrupt("batch header: " + d.error);
+  if (d.message->type != MsgType::kBatch) throw Corrupt("batch header is not a batch");
+  Batch b = std::move(std::get<Batch>(d.message->body));
+  if (!b.flowlets.empty()) throw Corrupt("batch header holds flowlets");
+
+  const uint64_t n = in.var();
+  // Constant columns take no bytes, so the data does not bound the count: the wire codec's array limit
+  // does (no batch with more flowlets was ever accepted, so none was stored).
+  if (n > wire::DecodeLimits{}.max_array) throw Corrupt("flowlet count above the limit");
+  const uint64_t a = in.var();
+  if (a > in.left() / 16) throw Corrupt("address count exceeds the data");
+  const uint8_t* addrs = in.take(static_cast<std::size_t>(16 * a));
+  const auto k = static_cast<std::size_t>(n);
+  std::vector<Flowlet> fl(k);  // value-initialised: padding stays zero
+  constexpr uint64_t u8 = 0xff, u16 = 0xffff, u32 = 0xffffffff, u64 = std::numeric_limits<uint64_t>::max();
+  const uint64_t last_addr = a == 0 ? 0 : a - 1;
+  auto check_addrs = [&] {
+    if (a == 0 && k > 0) throw Corrupt("address index out of range");
+  };
+  check_addrs();
+  read_column(in, k, last_addr, "saddr index",
+              [&](std::size_t i, uint64_t v) { std::memcpy(fl[i].key.saddr, addrs + 16 * v, 16); });
+  read_column(in, k, last_addr, "daddr index",
+              [&](std::size_t i, uint64_t v) { std::memcpy(fl[i].key.daddr, addrs + 16 * v, 16); });
+  read_column(in, k, u32, "ifindex",
+              [&](std::size_t i, uint64_t v) { fl[i].key.ifindex = static_cast<uint32_t>(v); });
+  read_column(in, k, u16, "sport",
+              [&](std::size_t i, uint64_t v) { fl[i].key.sport = static_cast<uint16_t>(v); });
+  read_column(in, k, u16, "dport",
+              [&](std::size_t i, uint64_t v) { fl[i].key.dport = static_cast<uint16_t>(v); });
+  read_column(in, k, u32, "qpn",
+              [&](std::size_t i, uint64_t v) { fl[i].key.qpn = static_cast<uint32_t>(v); });
+  // The same checks as the wire codec, so a stored row can never yield a flowlet a live one could not be.
+  read_column(in, k, u8, "proto", [&](std::size_t i, uint64_t v) {
+    if (v < NP_PROTO_TCP || v > NP_PROTO_ROCE) throw Corrupt("unknown protocol");
+    fl[i].key.proto = static_cast<uint8_t>(v);
+  });
+  read_column(in, k, u8, "dir", [&](std::size_t i, uint64_t v) {
+    if (v > NP_DIR_EGRESS) throw Corrupt("unknown direction");
+    fl[i].key.dir = static_cast<uint8_t>(v);
+  });
+  read_column(in, k, u8, "family", [&](std::size_t i, uint64_t v) {
+    if (v != 4 && v != 6) throw Corrupt("bad family");
+    fl[i].key.family = static_cast<uint8_t>(v);
+  });
+  uint64_t prev = 0;
+  read_column(in, k, u64, "first_ns", [&](std::size_t i, uint64_t v) {
+    prev = fl[i].first_ns = prev + static_cast<uint64_t>(unzigzag(v));
+  });
+  read_column(in, k, u64, "last_ns", [&](std::size_t i, uint64_t v) {
+    if (v > u64 - fl[i].first_ns) throw Corrupt("last_ns out of range");
+    fl[i].last_ns = fl[i].first_ns + v;
+  });
+  read_column(in, k, u64, "packets", [&](std::size_t i, uint64_t v) { fl[i].packets = v; });
+  read_column(in, k, u64, "bytes", [&](std::size_t i, uint64_t v) { fl[i].bytes = v; });
+  read_column(in, k, u64, "payload_bytes", [&](std::size_t i, uint64_t v) { fl[i].payload_bytes = v; });
+  for (int c = 0; c < NP_ROCE_CLASSES; ++c)
+    read_column(in, k, u32, "roce_ops",
+                [&](std::size_t i, uint64_t v) { fl[i].roce_ops[c] = static_cast<uint32_t>(v); });
+  read_column(in, k, u32, "last_psn",
+              [&](std::size_t i, uint64_t v) { fl[i].last_psn = static_cast<uint32_t>(v); });
+  read_column(in, k, u16, "tcp_flags",
+              [&](std::size_t i, uint64_t v) { fl[i].tcp_flags = static_cast<uint16_t>(v); });
+  read_column(in, k, u8, "end_reason",
+              [&](std::size_t i, uint64_t v) { fl[i].end_reason = static_cast<uint8_t>(v); });
+  if (in.left() != 0) throw Corrupt("trailing bytes");
+  b.flowlets = std::move(fl);
+  return b;
+}
+
+}  // namespace
+
+void encode_stored(const Batch& b, std::string& out) {
+  out.resize(encode_into(b, out));
+}
+
+std::optional<Batch> decode_stored(std::string_view bytes, std::string& err) {
+  if (bytes.size() >= sizeof kMagic && std::memcmp(bytes.data(), kMagic, sizeof kMagic) == 0) {
+    try {
+      return decode_columns(bytes);
+    } catch (const Corrupt& e) {
+      err = std::string("corrupt stored batch: ") + e.what();
+    } catch (const std::bad_alloc&) {
+      err = "corrupt stored batch: too large to decode";
+    }
+    return std::nullopt;
+  }
+  auto d = wire::decode(bytes);  // a row from before the column encoding: the wire message itself
+  if (d && d.message->type == MsgType::kBatch) return std::move(std::get<Batch>(d.message->body));
+  err = d ? "stored row is not a batch" : d.error;
+  return std::nullopt;
+}
+
+bool compress_stored(const Batch& b, int level, std::string& out, std::string& scratch) {
+  const std::size_t n = encode_into(b, scratch);
+  return zstd_compress_into(std::string_view(scratch.data(), n), level, out);
+}
+
+}  // namespace netprism::store
