@@ -64,6 +64,16 @@ constexpr size_t kMinInterGaps = 3;
 // Leading boundaries that make an iteration shorter than half the median come from starting to watch in the
 // middle of an iteration; they are dropped (a real iteration never runs at twice the speed of its peers).
 constexpr double kShortLeadingIteration = 0.5;
+// Pipelines without DP (see pipeline_drains): the drain-to-next-activation gap of an iteration is compared
+// with the median of the gaps of its neighbours (3 on each side: an isolated disturbance stands out against
+// 6 undisturbed neighbours, while a lasting change such as a straggler shifts the neighbours with it).
+constexpr size_t kGapNeighbours = 3;
+// A gap further from its neighbours' median than 3 robust standard deviations (1.4826 x MAD) of all gaps'
+// deviations is a disturbance rather than jitter (3 sigma: about 1 in 400 undisturbed gaps is flagged).
+constexpr double kGapOutlierSigmas = 3.0;
+// ... and at least 1 % of the step apart: the duration error allowed per iteration is of that order, so a
+// smaller disagreement is not worth trading one estimate for the other.
+constexpr double kGapOutlierMinShare = 0.01;
 
 // Otsu split of log-gaps; returns the threshold (ns) above which a gap separates iterations.
 double inter_gap_threshold(std::vector<double> gaps) {
@@ -217,12 +227,40 @@ std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
   // constant, while the drain inherits the jitter of every downstream stage (measured on the testbed: 0.1 %
   // vs 0.9 % median duration error). The last iteration, with no next activation, ends at its drain plus
   // the median drain-to-start delay.
+  //
+  // The gap between the drain and the next first activation is a fixed stretch of the first stage's compute
+  // (its last backward pass, the optimizer step, its first forward pass), so from iteration to iteration it
+  // varies only by compute jitter. When one gap is far off its neighbours (a one-off disturbance of that
+  // stretch, e.g. a warm-up allocation or a descheduled rank in the first forward after the optimizer), the
+  // start-based boundary would carry the whole disturbance; the boundary is then taken from the drain plus
+  // the neighbours' typical gap, which only carries the usual backward-pass jitter when the disturbance came
+  // after the boundary (its forward pass) -- and no more than the start-based one would when it came before.
   std::vector<double> delay;
   for (size_t k = 0; k < starts.size(); ++k) delay.push_back(static_cast<double>(starts[k] - drains[k]));
   double d = median(delay);
+  std::vector<double> local(delay.size(), d), dev(delay.size(), 0);
+  for (size_t k = 0; k < delay.size(); ++k) {
+    std::vector<double> nb;
+    for (size_t j = k >= kGapNeighbours ? k - kGapNeighbours : 0; j < delay.size() && j <= k + kGapNeighbours;
+         ++j)
+      if (j != k) nb.push_back(delay[j]);
+    if (!nb.empty()) local[k] = median(nb);
+    dev[k] = delay[k] - local[k];
+  }
+  double sigma = 1.4826 * mad(dev, median(dev));
+  std::vector<double> spacing;
+  for (size_t k = 0; k + 1 < starts.size(); ++k)
+    spacing.push_back(static_cast<double>(starts[k + 1] - starts[k]));
+  double tol = std::max(kGapOutlierSigmas * sigma, kGapOutlierMinShare * median(spacing));
   std::vector<uint64_t> out_b;
-  for (size_t k = 0; k < drains.size(); ++k)
-    out_b.push_back(k < starts.size() ? starts[k] : drains[k] + static_cast<uint64_t>(d));
+  for (size_t k = 0; k < drains.size(); ++k) {
+    if (k >= starts.size())
+      out_b.push_back(drains[k] + static_cast<uint64_t>(d));
+    else if (std::fabs(dev[k]) > tol && delay.size() > 2 * kGapNeighbours)
+      out_b.push_back(drains[k] + static_cast<uint64_t>(local[k]));
+    else
+      out_b.push_back(starts[k]);
+  }
   return out_b;
 }
 
