@@ -279,11 +279,24 @@ std::vector<char> assign_roles(const std::vector<EdgeData*>& all, const std::vec
     }
   }
   if (best_cost < 0) {
-    // No labelling within reach makes a structure (e.g. a job seen for too short a time): the edges' own
-    // reading, with stages from it where they exist (the DP groups and timeline then say what they can).
+    // No labelling within kMaxFlips makes a structure (many distorted edges, or a job seen for too short a
+    // time): take pipeline readings back as DP one at a time, the least certain (smallest |fwd - rev|)
+    // first, until the rest make a structure; with none left the job is one stage.
     best = base;
-    for (uint32_t v : nodes) stage[v] = 0;
-    structure(best, stage);
+    for (;;) {
+      for (uint32_t v : nodes) stage[v] = 0;
+      if (structure(best, stage)) break;
+      size_t weakest = all.size();
+      for (size_t i = 0; i < all.size(); ++i)
+        if (best[i] && (weakest == all.size() || std::fabs(all[i]->fwd - all[i]->rev) <
+                                                     std::fabs(all[weakest]->fwd - all[weakest]->rev)))
+          weakest = i;
+      if (weakest == all.size()) {
+        for (uint32_t v : nodes) stage[v] = 0;
+        break;
+      }
+      best[weakest] = 0;
+    }
     best_stage = stage;
   }
   for (uint32_t v : nodes) stage_of[v] = best_stage[v] >= 0 ? best_stage[v] : 0;

@@ -146,15 +146,30 @@ std::vector<uint64_t> sync_ends(const JobSlice& job, const Structure& s, int gro
   // ones (compute between iterations); a synchronisation counts when it used every significant direction.
   std::vector<double> gaps;
   for (size_t i = 0; i + 1 < cl.size(); ++i) gaps.push_back(static_cast<double>(cl[i + 1].start - cl[i].end));
+  // Every episode's start (complete or not) and, for complete ones, the index of their end in `ends`.
+  std::vector<uint64_t> ep_start;
+  std::vector<long> ep_end;
   auto episodes = [&](double thr) {
     std::vector<uint64_t> ends;
     std::vector<char> used(dir_idx.size(), 0);
+    ep_start.clear();
+    ep_end.clear();
+    uint64_t start = 0;
+    bool open = false;
     for (size_t i = 0; i < cl.size(); ++i) {
+      if (!open) start = cl[i].start;
+      open = true;
       for (size_t d = 0; d < used.size(); ++d) used[d] |= cl[i].used[d];
       bool last = i + 1 == cl.size();
       if (!last && static_cast<double>(cl[i + 1].start - cl[i].end) <= thr) continue;
-      if (std::all_of(used.begin(), used.end(), [](char c) { return c != 0; })) ends.push_back(cl[i].end);
+      ep_start.push_back(start);
+      ep_end.push_back(-1);
+      if (std::all_of(used.begin(), used.end(), [](char c) { return c != 0; })) {
+        ep_end.back() = static_cast<long>(ends.size());
+        ends.push_back(cl[i].end);
+      }
       std::fill(used.begin(), used.end(), 0);
+      open = false;
     }
     return ends;
   };
@@ -170,9 +185,29 @@ std::vector<uint64_t> sync_ends(const JobSlice& job, const Structure& s, int gro
     thr = 0;
     ends = episodes(thr);
   }
+  // A synchronisation ends at its members when the last data arrives, which the sender's view misses on a
+  // shaped or congested link (the data leaves at once and queues on the way). Where the receivers' own views
+  // exist (agents' ingress), each arrival extends the synchronisation that was under way when it began
+  // arriving: the latest episode started at or before it, provided no later episode had started (its data
+  // cannot arrive before it was sent, and an episode's data arrives before the next one begins).
+  size_t extended = 0;
+  for (const Xfer& a : job.arrivals) {
+    if (!is_dp_xfer(s, a, group)) continue;
+    auto it = std::upper_bound(ep_start.begin(), ep_start.end(), a.t0);
+    if (it == ep_start.begin()) continue;
+    long e = ep_end[static_cast<size_t>(it - ep_start.begin()) - 1];
+    if (e < 0) continue;
+    uint64_t& end = ends[static_cast<size_t>(e)];
+    if (a.t1 > end) {
+      end = a.t1;
+      ++extended;
+    }
+  }
+  std::sort(ends.begin(), ends.end());  // an extension never passes the next episode's start, but keep order
   if (std::getenv("NP_ANALYSIS_DEBUG"))
-    std::fprintf(stderr, "group %d: %zu dirs, %zu bursts, thr %.1f ms, %zu syncs\n", group, dir_idx.size(),
-                 cl.size(), thr / 1e6, ends.size());
+    std::fprintf(stderr,
+                 "group %d: %zu dirs, %zu bursts, thr %.1f ms, %zu syncs, %zu ends extended by arrivals\n",
+                 group, dir_idx.size(), cl.size(), thr / 1e6, ends.size(), extended);
   return ends;
 }
 
@@ -361,15 +396,18 @@ Timeline build_timeline(const Normalized&, const JobSlice& job, const Structure&
       // A stretched synchronisation (a shaped link turns it into a trickle of partial bursts) ends with its
       // last transfer: within half a step of the reference, the group's latest DP transfer end wins.
       if (static_cast<int>(g) != ref) {
-        for (const Xfer& x : job.xfers) {
-          if (!is_dp_xfer(s, x, static_cast<int>(g))) continue;
+        auto latest = [&](const Xfer& x) {
           auto it = std::lower_bound(
               refb.begin(), refb.end(),
               x.t1 > static_cast<uint64_t>(0.5 * T) ? x.t1 - static_cast<uint64_t>(0.5 * T) : 0);
-          if (it == refb.end() || static_cast<double>(*it) + 0.5 * T < static_cast<double>(x.t1)) continue;
+          if (it == refb.end() || static_cast<double>(*it) + 0.5 * T < static_cast<double>(x.t1)) return;
           size_t k = static_cast<size_t>(it - refb.begin());
           if (x.t1 > group_end[g][k]) group_end[g][k] = x.t1;
-        }
+        };
+        // Sender views and, where seen, the receivers' (arrivals on a shaped link come later).
+        for (const auto* list : {&job.xfers, &job.arrivals})
+          for (const Xfer& x : *list)
+            if (is_dp_xfer(s, x, static_cast<int>(g))) latest(x);
         E.clear();
         for (uint64_t e : group_end[g])
           if (e) E.push_back(e);
