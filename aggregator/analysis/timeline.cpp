@@ -288,10 +288,19 @@ std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
     spacing.push_back(static_cast<double>(starts[k + 1] - starts[k]));
   double tol = std::max(kGapOutlierSigmas * sigma, kGapOutlierMinShare * median(spacing));
   std::vector<uint64_t> out_b;
+  // Which side moved: the anchor displaced from the midpoint of its own previous and next occurrence is the
+  // disturbed one (steps change smoothly from one iteration to the next; a one-off disturbance displaces
+  // one point of one series). When the drain moved (the first stage was still busy when the last gradient
+  // arrived, so the boundary did not follow it), the start stays.
+  auto displaced = [](const std::vector<uint64_t>& v, size_t k) {
+    return std::fabs(static_cast<double>(v[k]) -
+                     (static_cast<double>(v[k - 1]) + static_cast<double>(v[k + 1])) / 2);
+  };
   for (size_t k = 0; k < drains.size(); ++k) {
     if (k >= starts.size())
       out_b.push_back(drains[k] + static_cast<uint64_t>(d));
-    else if (std::fabs(dev[k]) > tol && delay.size() > 2 * kGapNeighbours)
+    else if (std::fabs(dev[k]) > tol && delay.size() > 2 * kGapNeighbours && k > 0 && k + 1 < starts.size() &&
+             displaced(starts, k) > displaced(drains, k))
       out_b.push_back(drains[k] + static_cast<uint64_t>(local[k]));
     else
       out_b.push_back(starts[k]);
