@@ -429,10 +429,47 @@ Timeline build_timeline(const Normalized&, const JobSlice& job, const Structure&
   // Boundaries: the end of each iteration's last synchronisation over the stages (the DP groups finish one
   // after the other, the first stage usually last; a stage slowed by its links can finish later). Without
   // DP, the drain of the pipeline at the first stage.
+  //
+  // Each group's end as a boundary is the median over its members of when the last data for each member
+  // arrived (the receivers' own views where seen, else the senders'): the members of one synchronisation
+  // agree on its end up to their links' delivery, and one member on a slow link finishes later than the
+  // group as a whole (the testbed's truth reads the group's end the same way). The window is the half step
+  // before the group's last transfer (a stretched synchronisation stays inside it, see above). group_end
+  // itself (the last transfer) stays the synchronisation's end for the phases and the diagnosis.
+  std::vector<std::vector<uint64_t>> member_end(s.dp_groups.size(), std::vector<uint64_t>(refb.size(), 0));
+  if (ref >= 0)
+    for (size_t g = 0; g < s.dp_groups.size(); ++g) {
+      std::vector<uint64_t> ends;  // slots with an end, in time order, and their slot index
+      std::vector<size_t> slots;
+      for (size_t k = 0; k < refb.size(); ++k)
+        if (group_end[g][k]) {
+          ends.push_back(group_end[g][k]);
+          slots.push_back(k);
+        }
+      std::vector<std::map<uint32_t, uint64_t>> last(ends.size());
+      for (const auto* list : {&job.xfers, &job.arrivals})
+        for (const Xfer& x : *list) {
+          if (!is_dp_xfer(s, x, static_cast<int>(g))) continue;
+          auto it = std::lower_bound(ends.begin(), ends.end(), x.t1);
+          if (it == ends.end() || static_cast<double>(*it - x.t1) > 0.5 * T) continue;
+          uint64_t& l = last[static_cast<size_t>(it - ends.begin())][x.dst];
+          l = std::max(l, x.t1);
+        }
+      for (size_t i = 0; i < ends.size(); ++i) {
+        std::vector<double> m;
+        for (auto& [node, tl] : last[i]) m.push_back(static_cast<double>(tl));
+        member_end[g][slots[i]] = m.empty() ? ends[i] : static_cast<uint64_t>(median(std::move(m)));
+      }
+    }
   std::vector<size_t> slot_of;  // boundary index -> reference slot
   for (size_t k = 0; k < refb.size(); ++k) {
-    uint64_t b = refb[k];
-    for (uint64_t e : ends_at[k]) b = std::max(b, e);
+    uint64_t b = 0;
+    if (ref >= 0) {
+      for (size_t g = 0; g < s.dp_groups.size(); ++g) b = std::max(b, member_end[g][k]);
+      if (b == 0) b = refb[k];
+    } else {
+      b = refb[k];
+    }
     if (!t.boundaries.empty() && b <= t.boundaries.back()) continue;
     t.boundaries.push_back(b);
     slot_of.push_back(k);

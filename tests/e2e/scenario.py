@@ -39,6 +39,10 @@ SCENARIOS = {
     "slowlink": ["--dp", "2", "--pp", "2", "--iters", "14", "--fault", "slowlink:node=n2,rate=30mbit,from=7"],
     "hang": ["--dp", "2", "--pp", "2", "--iters", "14", "--fault", "hang:node=n3,at=8,hold=5"],
     "pause": ["--dp", "2", "--pp", "2", "--iters", "12", "--fault", "pause:at=6,seconds=1.5"],
+    # The demo's shape (scripts/demo) on a loaded host: its sample was recorded with 5 CPU burners (`yes`)
+    # running beside the 4 ranks on the 2 cores (load average ~6), the condition under which stage inference
+    # once failed. A fresh run of this entry has no burners unless the host is busy already.
+    "straggler_loaded": ["--dp", "2", "--pp", "2", "--iters", "24", "--fault", "straggler:node=n2,factor=1.3,from=12"],
 }
 
 # Live mode costs more CPU (an agent per node, the aggregator, CLI polling): the shapes and every fault.
