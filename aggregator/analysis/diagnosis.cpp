@@ -34,6 +34,13 @@ constexpr size_t kWarmup = 2;
 // and still name the node within the required three iterations.
 constexpr double kStragglerExcess = 0.10;
 constexpr size_t kPersist = 3;
+// On a loaded host the scheduling noise in a member's join reaches the threshold itself (measured: a 1.3x
+// straggler on a host at load ~14 joined 34-172 ms after its peer, step 600 ms, so rarely three times in a
+// row above 60 ms, while healthy members also strayed up to 130 ms once). The same member being the later
+// one every time is the persistent signature instead: a window of kSignWindow iterations in which it joins
+// after its peers in every one (by chance 1 in 2^5 = 32 for a pair of equals, and the median lateness must
+// still reach the 10 % threshold, which a chance run of small leads does not).
+constexpr size_t kSignWindow = 5;
 // slow_link: median transfer rate below half the median of comparable links (same role in the same job),
 // over transfers of at least 64 KiB (smaller ones are dominated by latency, not rate). Healthy links of one
 // role differ by well under 2x; a link fault worth reporting (shaping, a degraded lane) is several times.
@@ -157,6 +164,9 @@ void straggler_findings(const Normalized& n, const JobSlice& job, const Structur
   // its step exceeds its own baseline (the first third after warm-up) by 10 %.
   std::vector<std::vector<char>> flag(chains.size(), std::vector<char>(iters, 0));
   std::vector<std::vector<double>> late(chains.size(), std::vector<double>(iters, 0));
+  // Signed lateness of each chain per iteration (its latest member against that member's peers); NaN when
+  // not measured.
+  std::vector<std::vector<double>> lat(chains.size(), std::vector<double>(iters, std::nan("")));
   std::vector<double> base_step;
   for (size_t i = kWarmup; i < kWarmup + std::max<size_t>(kPersist, (iters - kWarmup) / 3) && i < iters; ++i)
     base_step.push_back(static_cast<double>(its[i].duration_ns));
@@ -180,6 +190,10 @@ void straggler_findings(const Normalized& n, const JobSlice& job, const Structur
           }
           double l = static_cast<double>(gs.join[m]) - ref_join;
           int c = chain_of[s.dp_groups[g][m]];
+          if (c >= 0) {
+            double& v = lat[static_cast<size_t>(c)][i];
+            if (std::isnan(v) || l > v) v = l;
+          }
           if (c < 0 || l < kStragglerExcess * step) continue;
           flag[static_cast<size_t>(c)][i] = 1;
           late[static_cast<size_t>(c)][i] = std::max(late[static_cast<size_t>(c)][i], l);
@@ -193,6 +207,21 @@ void straggler_findings(const Normalized& n, const JobSlice& job, const Structur
       }
     }
   }
+  for (size_t c = 0; c < chains.size(); ++c)
+    for (size_t i = kWarmup; i + kSignWindow <= iters; ++i) {
+      std::vector<double> w(lat[c].begin() + static_cast<long>(i),
+                            lat[c].begin() + static_cast<long>(i + kSignWindow));
+      if (!std::all_of(w.begin(), w.end(), [](double x) { return x > 0; })) continue;  // NaN fails too
+      if (median(w) < kStragglerExcess * step) continue;
+      // Flagged from the window's first iteration above the threshold itself: the lead-in of small
+      // positive lateness before a fault begins is chance, not the fault.
+      size_t from = i;
+      while (lat[c][from] < kStragglerExcess * step) ++from;
+      for (size_t j = from; j < i + kSignWindow; ++j) {
+        flag[c][j] = 1;
+        late[c][j] = std::max(late[c][j], lat[c][j]);
+      }
+    }
   for (size_t c = 0; c < chains.size(); ++c) {
     int first = first_run(flag[c]);
     if (first < 0) continue;

@@ -114,6 +114,8 @@ std::vector<JobSlice> group_jobs(const Normalized& n) {
   }
   for (const Xfer& x : n.xfers)  // already sorted by t0, so each job's list is too
     if (job_of_conn[x.conn] >= 0) jobs[static_cast<size_t>(job_of_conn[x.conn])].xfers.push_back(x);
+  for (const Xfer& x : n.arrivals)
+    if (job_of_conn[x.conn] >= 0) jobs[static_cast<size_t>(job_of_conn[x.conn])].arrivals.push_back(x);
   for (auto& j : jobs) {
     j.first_ns = j.xfers.empty() ? 0 : j.xfers.front().t0;
     for (const Xfer& x : j.xfers) j.last_ns = std::max(j.last_ns, x.t1);

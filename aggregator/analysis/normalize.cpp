@@ -161,7 +161,16 @@ Normalized normalize(const Input& in) {
     c.last_ns = std::max(c.last_ns, e.last_ns);
     if (e.tcp_flags & (kFin | kRst)) c.closed = true;
     last_seen = std::max(last_seen, e.last_ns);
-    if (fl.chosen != obs_of[i]) continue;
+    if (fl.chosen != obs_of[i]) {
+      // The receiver's own view of a direction taken from its sender's: its arrival times (see arrivals).
+      if (fl.chosen == sender_sid(node_id(fl.key.src)) && obs_of[i] == sender_sid(node_id(fl.key.dst))) {
+        uint64_t bytes = data_bytes(e);
+        if (bytes > 0)
+          out.arrivals.push_back({fl.fwd ? c.a : c.b, fl.fwd ? c.b : c.a, fl.conn, e.first_ns,
+                                  std::max(e.first_ns, e.last_ns), bytes});
+      }
+      continue;
+    }
     uint64_t bytes = data_bytes(e);
     if (bytes == 0) continue;
     (fl.fwd ? c.bytes_ab : c.bytes_ba) += bytes;
@@ -175,6 +184,8 @@ Normalized normalize(const Input& in) {
   // Recordings usually come in time order already; checking is cheaper than sorting again.
   if (!std::is_sorted(out.xfers.begin(), out.xfers.end(), by_time))
     std::sort(out.xfers.begin(), out.xfers.end(), by_time);
+  if (!std::is_sorted(out.arrivals.begin(), out.arrivals.end(), by_time))
+    std::sort(out.arrivals.begin(), out.arrivals.end(), by_time);
   out.now_ns = in.now_ns ? in.now_ns : last_seen;
   out.offline = in.offline;
   return out;

@@ -36,10 +36,22 @@ constexpr double kResidueShare = 0.25;
 // Expert-parallel exchange on an edge (see expert_parallel): volume floors of its lighter direction.
 constexpr uint64_t kMinExchangeBytes = 64 * 1024;
 constexpr double kExchangeShare = 0.01;
+// Global role search (see assign_roles): the two-way edges whose evidence lies closest to the threshold may
+// be relabelled, at most kMaxFlips of the kFlipCandidates least certain ones. A DP x PP job's wrong reading
+// comes from one or two distorted edges (a DP pair whose member waits for a straggler every iteration, a
+// shaped link); 3 flips of 12 candidates is at most 299 structures to check, microseconds each, for any
+// 16-node job.
+constexpr size_t kFlipCandidates = 12;
+constexpr size_t kMaxFlips = 3;
+// Floor of the negative share in the log-odds cost: a share of 0.001 (one millisecond per second of
+// traffic) is "no evidence of a pipeline" already; below it the logarithm would only amplify noise.
+constexpr double kMinShare = 1e-3;
 
 struct EdgeData {
   Edge e;
-  double confidence = 0;  // pipeline edges: |negative share forward - reverse|
+  double confidence = 0;    // pipeline edges: |negative share forward - reverse|
+  double fwd = 0, rev = 0;  // negative share with the lower node index (fwd) or the other (rev) upstream
+  bool two_way = false;     // both directions carry data (not a ring all-reduce neighbour)
   std::vector<const Xfer*> xs;
 };
 
@@ -141,6 +153,156 @@ int expert_parallel(const Structure& s, const std::map<std::pair<uint32_t, uint3
   return size;
 }
 
+// Roles of a job's edges as one structure rather than edge by edge. Each two-way edge's evidence is the
+// larger of its two negative shares, x; taken alone it reads as pipeline when x >= kPipelineNegativeShare.
+// Timing noise can push single edges across that line: a DP pair whose member waits for a straggler every
+// iteration is one-sided for the length of the wait (a large share of a step under a 1.3x straggler on a
+// loaded host), and a pipeline edge whose stages finish close together can look two-sided. So the labelling
+// is chosen among those that make a DP x PP structure, at the lowest cost, where relabelling an edge costs
+// how far its evidence lies on the other side of the threshold, |ln(x / threshold)| (a share twice or half
+// the threshold costs the same): a consistent structure that needs no relabelling wins outright, and one
+// noisy edge is outvoted by the rest of the structure.
+//
+// A labelling makes a structure when (structure()):
+//  - DP groups (components of DP edges, a node without DP edges alone) all have the same size;
+//  - pipeline edges join different groups, and every pair of groups joined by pipeline edges is oriented one
+//    way by the sum of its edges' evidence (fwd - rev, from each edge's own causality): all the pipeline
+//    edges between two DP groups carry one stage boundary, so they vote on its direction;
+//  - the oriented group graph has no cycle; a group's stage is its longest path from a first-stage group;
+//  - every pipeline edge joins adjacent stages, every stage holds the same number of nodes, and every node
+//    of a stage other than the last has a pipeline edge to the next stage (each rank sends its activations
+//    downstream), every node of a stage other than the first one from the previous stage.
+// Writes the stage of every job node into stage_of; returns the role per edge (1 = pipeline).
+std::vector<char> assign_roles(const std::vector<EdgeData*>& all, const std::vector<uint32_t>& nodes,
+                               size_t N, std::vector<int>& stage_of) {
+  auto share = [](double x) { return std::max(x, kMinShare); };
+  auto evidence = [&](const EdgeData& d) {
+    return std::log(share(std::max(d.fwd, d.rev)) / kPipelineNegativeShare);
+  };
+  std::vector<char> base(all.size(), 0);
+  for (size_t i = 0; i < all.size(); ++i) base[i] = all[i]->two_way && evidence(*all[i]) >= 0;
+
+  auto structure = [&](const std::vector<char>& pp, std::vector<int>& stage) -> bool {
+    std::vector<uint32_t> parent(N);
+    std::iota(parent.begin(), parent.end(), 0u);
+    auto find = [&](uint32_t x) {
+      while (parent[x] != x) x = parent[x] = parent[parent[x]];
+      return x;
+    };
+    for (size_t i = 0; i < all.size(); ++i)
+      if (!pp[i]) parent[find(all[i]->e.u)] = find(all[i]->e.v);
+    std::map<uint32_t, size_t> gsize;
+    for (uint32_t v : nodes) gsize[find(v)]++;
+    for (auto& [g, c] : gsize)
+      if (c != gsize.begin()->second) return false;
+    // Votes per ordered group pair (lower root first): positive = the lower root's group is upstream.
+    std::map<std::pair<uint32_t, uint32_t>, double> vote;
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (!pp[i]) continue;
+      const EdgeData& d = *all[i];
+      uint32_t gu = find(d.e.u), gv = find(d.e.v);
+      if (gu == gv) return false;
+      double w = d.rev - d.fwd;  // > 0: e.u is upstream
+      if (gu < gv)
+        vote[{gu, gv}] += w;
+      else
+        vote[{gv, gu}] -= w;
+    }
+    std::vector<std::pair<uint32_t, uint32_t>> arcs;  // upstream group -> downstream group
+    for (auto& [k, w] : vote) arcs.push_back(w >= 0 ? k : std::make_pair(k.second, k.first));
+    std::map<uint32_t, int> depth;
+    for (auto& [g, c] : gsize) depth[g] = 0;
+    bool changed = true;
+    for (size_t round = 0; changed; ++round) {
+      if (round > gsize.size()) return false;  // still growing after |groups| rounds: a cycle
+      changed = false;
+      for (auto [a, b] : arcs)
+        if (depth[b] < depth[a] + 1) {
+          depth[b] = depth[a] + 1;
+          changed = true;
+        }
+    }
+    for (uint32_t v : nodes) stage[v] = depth[find(v)];
+    std::map<int, size_t> per_stage;
+    for (uint32_t v : nodes) per_stage[stage[v]]++;
+    for (auto& [st, c] : per_stage)
+      if (c != per_stage.begin()->second) return false;
+    int last = per_stage.rbegin()->first;
+    std::vector<char> down(N, 0), up(N, 0);
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (!pp[i]) continue;
+      uint32_t a = all[i]->e.u, b = all[i]->e.v;
+      if (stage[a] > stage[b]) std::swap(a, b);
+      if (stage[b] != stage[a] + 1) return false;
+      down[a] = up[b] = 1;
+    }
+    for (uint32_t v : nodes)
+      if ((stage[v] < last && !down[v]) || (stage[v] > 0 && !up[v])) return false;
+    return true;
+  };
+
+  // Candidates for relabelling: the two-way edges closest to the threshold.
+  std::vector<size_t> cand;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (all[i]->two_way) cand.push_back(i);
+  std::sort(cand.begin(), cand.end(),
+            [&](size_t a, size_t b) { return std::fabs(evidence(*all[a])) < std::fabs(evidence(*all[b])); });
+  if (cand.size() > kFlipCandidates) cand.resize(kFlipCandidates);
+  std::vector<char> best = base, trial;
+  std::vector<int> stage(N, -1), best_stage;
+  double best_cost = -1;
+  auto consider = [&](const std::vector<size_t>& flips) {
+    double cost = 0;
+    trial = base;
+    for (size_t i : flips) {
+      trial[i] = !trial[i];
+      cost += std::fabs(evidence(*all[i]));
+    }
+    if (best_cost >= 0 && cost >= best_cost) return;
+    for (uint32_t v : nodes) stage[v] = 0;
+    if (!structure(trial, stage)) return;
+    best_cost = cost;
+    best = trial;
+    best_stage = stage;
+  };
+  consider({});
+  size_t C = cand.size();
+  if (best_cost < 0 || best_cost > 0) {
+    for (size_t a = 0; a < C; ++a) {
+      consider({cand[a]});
+      if (kMaxFlips < 2) continue;
+      for (size_t b = a + 1; b < C; ++b) {
+        consider({cand[a], cand[b]});
+        if (kMaxFlips < 3) continue;
+        for (size_t c = b + 1; c < C; ++c) consider({cand[a], cand[b], cand[c]});
+      }
+    }
+  }
+  if (best_cost < 0) {
+    // No labelling within kMaxFlips makes a structure (many distorted edges, or a job seen for too short a
+    // time): take pipeline readings back as DP one at a time, the least certain (smallest |fwd - rev|)
+    // first, until the rest make a structure; with none left the job is one stage.
+    best = base;
+    for (;;) {
+      for (uint32_t v : nodes) stage[v] = 0;
+      if (structure(best, stage)) break;
+      size_t weakest = all.size();
+      for (size_t i = 0; i < all.size(); ++i)
+        if (best[i] && (weakest == all.size() || std::fabs(all[i]->fwd - all[i]->rev) <
+                                                     std::fabs(all[weakest]->fwd - all[weakest]->rev)))
+          weakest = i;
+      if (weakest == all.size()) {
+        for (uint32_t v : nodes) stage[v] = 0;
+        break;
+      }
+      best[weakest] = 0;
+    }
+    best_stage = stage;
+  }
+  for (uint32_t v : nodes) stage_of[v] = best_stage[v] >= 0 ? best_stage[v] : 0;
+  return best;
+}
+
 }  // namespace
 
 Structure infer_structure(const Normalized& n, const JobSlice& job) {
@@ -160,66 +322,33 @@ Structure infer_structure(const Normalized& n, const JobSlice& job) {
     double lo = static_cast<double>(std::min(d.e.bytes_uv, d.e.bytes_vu));
     d.e.role = EdgeRole::dp;
     if (lo < kOneWayRatio * hi) continue;
+    d.two_way = true;
     std::vector<double> sizes;
     for (const Xfer* x : d.xs) sizes.push_back(static_cast<double>(x->bytes));
     double eps = 0.5 * typical_size(sizes);
-    double fwd = negative_share(d.xs, d.e.u, eps);
-    double rev = negative_share(d.xs, d.e.v, eps);
+    d.fwd = negative_share(d.xs, d.e.u, eps);
+    d.rev = negative_share(d.xs, d.e.v, eps);
     if (std::getenv("NP_ANALYSIS_DEBUG"))
       std::fprintf(stderr, "edge %s-%s bytes %llu/%llu neg fwd %.3f rev %.3f\n", n.nodes[d.e.u].c_str(),
                    n.nodes[d.e.v].c_str(), static_cast<unsigned long long>(d.e.bytes_uv),
-                   static_cast<unsigned long long>(d.e.bytes_vu), fwd, rev);
-    // fwd: share negative when u is taken as upstream. The true orientation stays non-negative.
-    if (std::max(fwd, rev) < kPipelineNegativeShare) continue;
-    d.e.role = EdgeRole::pp;
-    d.confidence = std::fabs(fwd - rev);
-    if (fwd > rev) {
-      std::swap(d.e.u, d.e.v);
-      std::swap(d.e.bytes_uv, d.e.bytes_vu);
-    }
+                   static_cast<unsigned long long>(d.e.bytes_vu), d.fwd, d.rev);
   }
 
   size_t N = n.nodes.size();
   s.stage_of.assign(N, -1);
   s.group_of.assign(N, -1);
-  for (uint32_t v : job.nodes) s.stage_of[v] = 0;
-
-  // Pipeline depth: longest path from a source over oriented pipeline edges (Bellman-Ford style relaxation,
-  // bounded by the node count so an inconsistent cycle cannot loop forever).
-  auto depths = [&]() {
-    for (uint32_t v : job.nodes) s.stage_of[v] = 0;
-    std::vector<std::pair<uint32_t, uint32_t>> pp;
-    for (auto& [key, d] : edges)
-      if (d.e.role == EdgeRole::pp) pp.emplace_back(d.e.u, d.e.v);
-    for (size_t round = 0; round < job.nodes.size(); ++round) {
-      bool changed = false;
-      for (auto [u, v] : pp)
-        if (s.stage_of[v] < s.stage_of[u] + 1 && s.stage_of[u] + 1 < static_cast<int>(job.nodes.size())) {
-          s.stage_of[v] = s.stage_of[u] + 1;
-          changed = true;
-        }
-      if (!changed) break;
+  std::vector<EdgeData*> all;
+  for (auto& [key, d] : edges) all.push_back(&d);
+  std::vector<char> best = assign_roles(all, job.nodes, N, s.stage_of);
+  for (size_t i = 0; i < all.size(); ++i) {
+    EdgeData& d = *all[i];
+    d.e.role = best[i] ? EdgeRole::pp : EdgeRole::dp;
+    d.confidence = std::fabs(d.fwd - d.rev);
+    // Orientation: the stage order decided for the whole structure (upstream = lower stage).
+    if (best[i] && s.stage_of[d.e.u] > s.stage_of[d.e.v]) {
+      std::swap(d.e.u, d.e.v);
+      std::swap(d.e.bytes_uv, d.e.bytes_vu);
     }
-  };
-  // Every stage of a DP x PP job holds the same number of nodes, and every pipeline edge joins adjacent
-  // stages. When the edges read as pipeline ones violate that, the least certain of them (a DP exchange
-  // distorted by a fault, e.g. a shaped link that turns one direction into a trickle) is taken back as DP,
-  // one at a time.
-  auto consistent = [&]() {
-    std::map<int, size_t> size;
-    for (uint32_t v : job.nodes) size[s.stage_of[v]]++;
-    for (auto& [st, c] : size)
-      if (c != size.begin()->second) return false;
-    for (auto& [key, d] : edges)
-      if (d.e.role == EdgeRole::pp && s.stage_of[d.e.v] != s.stage_of[d.e.u] + 1) return false;
-    return true;
-  };
-  for (depths(); !consistent(); depths()) {
-    EdgeData* weakest = nullptr;
-    for (auto& [key, d] : edges)
-      if (d.e.role == EdgeRole::pp && (!weakest || d.confidence < weakest->confidence)) weakest = &d;
-    if (!weakest) break;
-    weakest->e.role = EdgeRole::dp;
   }
 
   // DP groups: connected components of DP edges.

@@ -46,6 +46,11 @@ struct Normalized {
   std::vector<std::string> nodes;  // index -> name
   std::vector<Conn> conns;
   std::vector<Xfer> xfers;  // sorted by t0
+  // The receiver's own view (agents' ingress) of directions whose transfers come from the sender's view:
+  // when the data arrived, which is later than when it left on a shaped or congested link. Kept apart from
+  // `xfers` (volumes and causality use one view per direction); used for when a synchronisation ended at
+  // its receiving members. Empty for sender-only captures (CSV). Sorted by t0.
+  std::vector<Xfer> arrivals;
   uint64_t now_ns = 0;
   bool offline = false;
 };
@@ -60,6 +65,7 @@ struct JobSlice {
   std::vector<uint32_t> nodes;  // node indices, sorted by name
   std::vector<uint32_t> conns;  // training connections
   std::vector<Xfer> xfers;      // transfers on those connections, sorted by t0
+  std::vector<Xfer> arrivals;   // the receivers' views of those transfers where seen (Normalized::arrivals)
   uint64_t first_ns = 0;
   uint64_t last_ns = 0;
 };

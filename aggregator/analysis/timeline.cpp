@@ -64,6 +64,16 @@ constexpr size_t kMinInterGaps = 3;
 // Leading boundaries that make an iteration shorter than half the median come from starting to watch in the
 // middle of an iteration; they are dropped (a real iteration never runs at twice the speed of its peers).
 constexpr double kShortLeadingIteration = 0.5;
+// Pipelines without DP (see pipeline_drains): the drain-to-next-activation gap of an iteration is compared
+// with the median of the gaps of its neighbours (3 on each side: an isolated disturbance stands out against
+// 6 undisturbed neighbours, while a lasting change such as a straggler shifts the neighbours with it).
+constexpr size_t kGapNeighbours = 3;
+// A gap further from its neighbours' median than 3 robust standard deviations (1.4826 x MAD) of all gaps'
+// deviations is a disturbance rather than jitter (3 sigma: about 1 in 400 undisturbed gaps is flagged).
+constexpr double kGapOutlierSigmas = 3.0;
+// ... and at least 1 % of the step apart: the duration error allowed per iteration is of that order, so a
+// smaller disagreement is not worth trading one estimate for the other.
+constexpr double kGapOutlierMinShare = 0.01;
 
 // Otsu split of log-gaps; returns the threshold (ns) above which a gap separates iterations.
 double inter_gap_threshold(std::vector<double> gaps) {
@@ -136,15 +146,30 @@ std::vector<uint64_t> sync_ends(const JobSlice& job, const Structure& s, int gro
   // ones (compute between iterations); a synchronisation counts when it used every significant direction.
   std::vector<double> gaps;
   for (size_t i = 0; i + 1 < cl.size(); ++i) gaps.push_back(static_cast<double>(cl[i + 1].start - cl[i].end));
+  // Every episode's start (complete or not) and, for complete ones, the index of their end in `ends`.
+  std::vector<uint64_t> ep_start;
+  std::vector<long> ep_end;
   auto episodes = [&](double thr) {
     std::vector<uint64_t> ends;
     std::vector<char> used(dir_idx.size(), 0);
+    ep_start.clear();
+    ep_end.clear();
+    uint64_t start = 0;
+    bool open = false;
     for (size_t i = 0; i < cl.size(); ++i) {
+      if (!open) start = cl[i].start;
+      open = true;
       for (size_t d = 0; d < used.size(); ++d) used[d] |= cl[i].used[d];
       bool last = i + 1 == cl.size();
       if (!last && static_cast<double>(cl[i + 1].start - cl[i].end) <= thr) continue;
-      if (std::all_of(used.begin(), used.end(), [](char c) { return c != 0; })) ends.push_back(cl[i].end);
+      ep_start.push_back(start);
+      ep_end.push_back(-1);
+      if (std::all_of(used.begin(), used.end(), [](char c) { return c != 0; })) {
+        ep_end.back() = static_cast<long>(ends.size());
+        ends.push_back(cl[i].end);
+      }
       std::fill(used.begin(), used.end(), 0);
+      open = false;
     }
     return ends;
   };
@@ -160,9 +185,29 @@ std::vector<uint64_t> sync_ends(const JobSlice& job, const Structure& s, int gro
     thr = 0;
     ends = episodes(thr);
   }
+  // A synchronisation ends at its members when the last data arrives, which the sender's view misses on a
+  // shaped or congested link (the data leaves at once and queues on the way). Where the receivers' own views
+  // exist (agents' ingress), each arrival extends the synchronisation that was under way when it began
+  // arriving: the latest episode started at or before it, provided no later episode had started (its data
+  // cannot arrive before it was sent, and an episode's data arrives before the next one begins).
+  size_t extended = 0;
+  for (const Xfer& a : job.arrivals) {
+    if (!is_dp_xfer(s, a, group)) continue;
+    auto it = std::upper_bound(ep_start.begin(), ep_start.end(), a.t0);
+    if (it == ep_start.begin()) continue;
+    long e = ep_end[static_cast<size_t>(it - ep_start.begin()) - 1];
+    if (e < 0) continue;
+    uint64_t& end = ends[static_cast<size_t>(e)];
+    if (a.t1 > end) {
+      end = a.t1;
+      ++extended;
+    }
+  }
+  std::sort(ends.begin(), ends.end());  // an extension never passes the next episode's start, but keep order
   if (std::getenv("NP_ANALYSIS_DEBUG"))
-    std::fprintf(stderr, "group %d: %zu dirs, %zu bursts, thr %.1f ms, %zu syncs\n", group, dir_idx.size(),
-                 cl.size(), thr / 1e6, ends.size());
+    std::fprintf(stderr,
+                 "group %d: %zu dirs, %zu bursts, thr %.1f ms, %zu syncs, %zu ends extended by arrivals\n",
+                 group, dir_idx.size(), cl.size(), thr / 1e6, ends.size(), extended);
   return ends;
 }
 
@@ -217,12 +262,49 @@ std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
   // constant, while the drain inherits the jitter of every downstream stage (measured on the testbed: 0.1 %
   // vs 0.9 % median duration error). The last iteration, with no next activation, ends at its drain plus
   // the median drain-to-start delay.
+  //
+  // The gap between the drain and the next first activation is a fixed stretch of the first stage's compute
+  // (its last backward pass, the optimizer step, its first forward pass), so from iteration to iteration it
+  // varies only by compute jitter. When one gap is far off its neighbours (a one-off disturbance of that
+  // stretch, e.g. a warm-up allocation or a descheduled rank in the first forward after the optimizer), the
+  // start-based boundary would carry the whole disturbance; the boundary is then taken from the drain plus
+  // the neighbours' typical gap, which only carries the usual backward-pass jitter when the disturbance came
+  // after the boundary (its forward pass) -- and no more than the start-based one would when it came before.
   std::vector<double> delay;
   for (size_t k = 0; k < starts.size(); ++k) delay.push_back(static_cast<double>(starts[k] - drains[k]));
   double d = median(delay);
+  std::vector<double> local(delay.size(), d), dev(delay.size(), 0);
+  for (size_t k = 0; k < delay.size(); ++k) {
+    std::vector<double> nb;
+    for (size_t j = k >= kGapNeighbours ? k - kGapNeighbours : 0; j < delay.size() && j <= k + kGapNeighbours;
+         ++j)
+      if (j != k) nb.push_back(delay[j]);
+    if (!nb.empty()) local[k] = median(nb);
+    dev[k] = delay[k] - local[k];
+  }
+  double sigma = 1.4826 * mad(dev, median(dev));
+  std::vector<double> spacing;
+  for (size_t k = 0; k + 1 < starts.size(); ++k)
+    spacing.push_back(static_cast<double>(starts[k + 1] - starts[k]));
+  double tol = std::max(kGapOutlierSigmas * sigma, kGapOutlierMinShare * median(spacing));
   std::vector<uint64_t> out_b;
-  for (size_t k = 0; k < drains.size(); ++k)
-    out_b.push_back(k < starts.size() ? starts[k] : drains[k] + static_cast<uint64_t>(d));
+  // Which side moved: the anchor displaced from the midpoint of its own previous and next occurrence is the
+  // disturbed one (steps change smoothly from one iteration to the next; a one-off disturbance displaces
+  // one point of one series). When the drain moved (the first stage was still busy when the last gradient
+  // arrived, so the boundary did not follow it), the start stays.
+  auto displaced = [](const std::vector<uint64_t>& v, size_t k) {
+    return std::fabs(static_cast<double>(v[k]) -
+                     (static_cast<double>(v[k - 1]) + static_cast<double>(v[k + 1])) / 2);
+  };
+  for (size_t k = 0; k < drains.size(); ++k) {
+    if (k >= starts.size())
+      out_b.push_back(drains[k] + static_cast<uint64_t>(d));
+    else if (std::fabs(dev[k]) > tol && delay.size() > 2 * kGapNeighbours && k > 0 && k + 1 < starts.size() &&
+             displaced(starts, k) > displaced(drains, k))
+      out_b.push_back(drains[k] + static_cast<uint64_t>(local[k]));
+    else
+      out_b.push_back(starts[k]);
+  }
   return out_b;
 }
 
@@ -323,15 +405,18 @@ Timeline build_timeline(const Normalized&, const JobSlice& job, const Structure&
       // A stretched synchronisation (a shaped link turns it into a trickle of partial bursts) ends with its
       // last transfer: within half a step of the reference, the group's latest DP transfer end wins.
       if (static_cast<int>(g) != ref) {
-        for (const Xfer& x : job.xfers) {
-          if (!is_dp_xfer(s, x, static_cast<int>(g))) continue;
+        auto latest = [&](const Xfer& x) {
           auto it = std::lower_bound(
               refb.begin(), refb.end(),
               x.t1 > static_cast<uint64_t>(0.5 * T) ? x.t1 - static_cast<uint64_t>(0.5 * T) : 0);
-          if (it == refb.end() || static_cast<double>(*it) + 0.5 * T < static_cast<double>(x.t1)) continue;
+          if (it == refb.end() || static_cast<double>(*it) + 0.5 * T < static_cast<double>(x.t1)) return;
           size_t k = static_cast<size_t>(it - refb.begin());
           if (x.t1 > group_end[g][k]) group_end[g][k] = x.t1;
-        }
+        };
+        // Sender views and, where seen, the receivers' (arrivals on a shaped link come later).
+        for (const auto* list : {&job.xfers, &job.arrivals})
+          for (const Xfer& x : *list)
+            if (is_dp_xfer(s, x, static_cast<int>(g))) latest(x);
         E.clear();
         for (uint64_t e : group_end[g])
           if (e) E.push_back(e);
@@ -344,10 +429,47 @@ Timeline build_timeline(const Normalized&, const JobSlice& job, const Structure&
   // Boundaries: the end of each iteration's last synchronisation over the stages (the DP groups finish one
   // after the other, the first stage usually last; a stage slowed by its links can finish later). Without
   // DP, the drain of the pipeline at the first stage.
+  //
+  // Each group's end as a boundary is the median over its members of when the last data for each member
+  // arrived (the receivers' own views where seen, else the senders'): the members of one synchronisation
+  // agree on its end up to their links' delivery, and one member on a slow link finishes later than the
+  // group as a whole (the testbed's truth reads the group's end the same way). The window is the half step
+  // before the group's last transfer (a stretched synchronisation stays inside it, see above). group_end
+  // itself (the last transfer) stays the synchronisation's end for the phases and the diagnosis.
+  std::vector<std::vector<uint64_t>> member_end(s.dp_groups.size(), std::vector<uint64_t>(refb.size(), 0));
+  if (ref >= 0)
+    for (size_t g = 0; g < s.dp_groups.size(); ++g) {
+      std::vector<uint64_t> ends;  // slots with an end, in time order, and their slot index
+      std::vector<size_t> slots;
+      for (size_t k = 0; k < refb.size(); ++k)
+        if (group_end[g][k]) {
+          ends.push_back(group_end[g][k]);
+          slots.push_back(k);
+        }
+      std::vector<std::map<uint32_t, uint64_t>> last(ends.size());
+      for (const auto* list : {&job.xfers, &job.arrivals})
+        for (const Xfer& x : *list) {
+          if (!is_dp_xfer(s, x, static_cast<int>(g))) continue;
+          auto it = std::lower_bound(ends.begin(), ends.end(), x.t1);
+          if (it == ends.end() || static_cast<double>(*it - x.t1) > 0.5 * T) continue;
+          uint64_t& l = last[static_cast<size_t>(it - ends.begin())][x.dst];
+          l = std::max(l, x.t1);
+        }
+      for (size_t i = 0; i < ends.size(); ++i) {
+        std::vector<double> m;
+        for (auto& [node, tl] : last[i]) m.push_back(static_cast<double>(tl));
+        member_end[g][slots[i]] = m.empty() ? ends[i] : static_cast<uint64_t>(median(std::move(m)));
+      }
+    }
   std::vector<size_t> slot_of;  // boundary index -> reference slot
   for (size_t k = 0; k < refb.size(); ++k) {
-    uint64_t b = refb[k];
-    for (uint64_t e : ends_at[k]) b = std::max(b, e);
+    uint64_t b = 0;
+    if (ref >= 0) {
+      for (size_t g = 0; g < s.dp_groups.size(); ++g) b = std::max(b, member_end[g][k]);
+      if (b == 0) b = refb[k];
+    } else {
+      b = refb[k];
+    }
     if (!t.boundaries.empty() && b <= t.boundaries.back()) continue;
     t.boundaries.push_back(b);
     slot_of.push_back(k);

@@ -76,7 +76,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Expect{"straggler", k4, 2, 2, 1, "ended", 13, {{"straggler", "n1"}}},
                       Expect{"straggler_dp4", k4, 4, 1, 1, "ended", 11, {{"straggler", "n2"}}},
                       Expect{"slowlink", k4, 2, 2, 1, "ended", 13, {{"slow_link", "n3<->n2"}}},
-                      Expect{"hang", k4, 2, 2, 1, "hung", 7, {{"hang", "n3"}}}),
+                      Expect{"hang", k4, 2, 2, 1, "hung", 7, {{"hang", "n3"}}},
+                      Expect{"straggler_loaded", k4, 2, 2, 1, "ended", 23, {{"straggler", "n2"}}}),
     [](const auto& info) {
       return info.param.sample +
              (info.param.sample == "two_jobs" ? "_" + info.param.nodes[0] : std::string());

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "netprism/flowlet.h"
 #include "synth.hpp"
 
 using namespace netprism::analysis;
@@ -75,4 +76,32 @@ TEST(AnalysisTimeline, PhasesPerNodeInsideTheIteration) {
   }
   EXPECT_EQ(pipeline, 4u);
   EXPECT_EQ(sync, 4u);
+}
+
+// Receivers' views (agents' ingress): a synchronisation ends at its members when the last data arrives.
+// The same DP2 x PP2 job seen by both observers, once as is and once with every arrival at the receivers
+// 15 ms later than the data left (data queued on a shaped link, which the sender's view cannot show): the
+// iteration ends move by those 15 ms, and the durations stay.
+TEST(AnalysisTimeline, SyncEndsFollowTheReceiversArrivals) {
+  synth::Spec s;
+  s.both_observers = true;
+  Input plain, late;
+  synth::generate(s, plain);
+  synth::generate(s, late);
+  const uint64_t delay = 15'000'000;
+  for (auto& e : late.events)
+    if (e.dir == NP_DIR_INGRESS) {
+      e.first_ns += delay;
+      e.last_ns += delay;
+    }
+  auto a = analyze(plain), b = analyze(late);
+  ASSERT_EQ(a.jobs.size(), 1u);
+  ASSERT_EQ(b.jobs.size(), 1u);
+  const auto &ia = a.jobs[0].iterations, &ib = b.jobs[0].iterations;
+  ASSERT_EQ(ia.size(), ib.size());
+  ASSERT_GE(ia.size(), 8u);
+  for (size_t i = 0; i < ia.size(); ++i) {
+    double shift = static_cast<double>(ib[i].end_ns) - static_cast<double>(ia[i].end_ns);
+    EXPECT_NEAR(shift, static_cast<double>(delay), 1e6) << "iteration " << i;
+  }
 }
