@@ -75,10 +75,27 @@ uint32_t StreamingAnalysis::node_of_addr(uint32_t addr) {
   return addr_node_id_[addr];
 }
 
+uint32_t StreamingAnalysis::node_sid(uint32_t node) {
+  if (node_sid_.size() <= node) node_sid_.resize(nodes_.size(), UINT32_MAX);
+  if (node_sid_[node] == UINT32_MAX) node_sid_[node] = intern(nodes_[node]);
+  return node_sid_[node];
+}
+
+uint32_t StreamingAnalysis::name_sid_of_addr(uint32_t addr) {
+  if (addr_name_sid_.size() <= addr) addr_name_sid_.resize(strs_.size(), UINT32_MAX);
+  if (addr_name_sid_[addr] == UINT32_MAX) {
+    auto it = addr_node_.find(strs_[addr]);
+    uint32_t sid = it == addr_node_.end() ? addr : intern(it->second);
+    addr_name_sid_[addr] = sid;  // intern() may have grown strs_, never moved addr's entry
+  }
+  return addr_name_sid_[addr];
+}
+
 void StreamingAnalysis::set_addr_nodes(const std::map<std::string, std::string>& m) {
   if (m == addr_node_) return;
   addr_node_ = m;
-  addr_node_id_.clear();  // re-resolved lazily; node indices of names already known stay the same
+  addr_node_id_.clear();
+  addr_name_sid_.clear();  // re-resolved lazily; node indices of names already known stay the same
 }
 
 void StreamingAnalysis::add(const FlowEvent& e) {
@@ -146,9 +163,7 @@ void StreamingAnalysis::add(const Event& e) {
   }
   FlowSt& fl = flows_[f];
   // Observer choice of normalize(): the sender's own view when it exists, else the smallest name.
-  if (node_sid_.size() <= sender_node) node_sid_.resize(nodes_.size(), UINT32_MAX);
-  if (node_sid_[sender_node] == UINT32_MAX) node_sid_[sender_node] = intern(nodes_[sender_node]);
-  uint32_t sender = node_sid_[sender_node];
+  uint32_t sender = node_sid(sender_node);
   if (fl.chosen != e.observer && fl.chosen != sender &&
       (e.observer == sender || strs_[e.observer] < strs_[fl.chosen]))
     fl.chosen = e.observer;
@@ -158,8 +173,9 @@ void StreamingAnalysis::add(const Event& e) {
   if (e.tcp_flags & (kFin | kRst)) c.closed = true;
   uint64_t bytes = data_bytes(e);
   if (bytes == 0) return;
-  // Once the sender's own view is chosen the choice is final: another observer's transfers are never used.
-  if (fl.chosen == sender && e.observer != sender) return;
+  // Once the sender's own view is chosen the choice is final: another observer's transfers are used only
+  // when that observer is the receiver (its arrival times, normalize()'s `arrivals`).
+  if (fl.chosen == sender && e.observer != sender && e.observer != name_sid_of_addr(fl.key.dst)) return;
   auto os = std::find_if(fl.obs.begin(), fl.obs.end(), [&](const ObsStat& o) { return o.obs == e.observer; });
   if (os == fl.obs.end()) os = fl.obs.insert(fl.obs.end(), ObsStat{e.observer});
   uint64_t t1 = std::max(e.first_ns, e.last_ns);
@@ -227,6 +243,7 @@ void StreamingAnalysis::compact() {
     for (uint32_t i = 0; i < strs_.size(); ++i) str_idx_.emplace(strs_[i], i);
     addr_node_id_.clear();
     node_sid_.clear();
+    addr_name_sid_.clear();
     ++generation_;
     // Node indices are kept only for names still in use; cached structures refer to them.
     node_idx_.clear();
@@ -390,18 +407,28 @@ Result StreamingAnalysis::pass(uint64_t now_ns) {
 Job StreamingAnalysis::analyse_job(const Normalized& n, JobSlice& sl, History& h, const std::string& id) {
   // The job's transfers from its tail on, as normalize() + group_jobs() would list them.
   sl.xfers.clear();
+  sl.arrivals.clear();
   for (uint32_t c : sl.conns)
     for (uint32_t f : conns_[c].flows) {
       const FlowSt& fl = flows_[f];
       uint32_t src = fl.fwd ? n.conns[c].a : n.conns[c].b, dst = fl.fwd ? n.conns[c].b : n.conns[c].a;
+      // The receiver's own records of a direction whose sender's view is chosen: its arrival times.
+      uint32_t sender = node_sid(node_of_addr(fl.key.src));
+      uint32_t receiver = fl.chosen == sender ? name_sid_of_addr(fl.key.dst) : UINT32_MAX;
       for (size_t i = fl.head; i < fl.xs.size(); ++i) {
         const XRec& x = fl.xs[i];
-        if (x.obs == fl.chosen && x.t0 >= h.tail_from) sl.xfers.push_back({src, dst, c, x.t0, x.t1, x.bytes});
+        if (x.t0 < h.tail_from) continue;
+        if (x.obs == fl.chosen)
+          sl.xfers.push_back({src, dst, c, x.t0, x.t1, x.bytes});
+        else if (x.obs == receiver)
+          sl.arrivals.push_back({src, dst, c, x.t0, x.t1, x.bytes});
       }
     }
-  std::sort(sl.xfers.begin(), sl.xfers.end(), [](const Xfer& x, const Xfer& y) {
+  auto by_time = [](const Xfer& x, const Xfer& y) {
     return std::tie(x.t0, x.t1, x.conn) < std::tie(y.t0, y.t1, y.conn);
-  });
+  };
+  std::sort(sl.xfers.begin(), sl.xfers.end(), by_time);
+  std::sort(sl.arrivals.begin(), sl.arrivals.end(), by_time);
   stats_.tail_xfers += sl.xfers.size();
 
   // Structure: inferred on every pass while the job is young (as offline), then cached until its

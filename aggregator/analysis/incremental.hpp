@@ -160,6 +160,10 @@ class StreamingAnalysis {
 
   uint32_t node_of_addr(uint32_t addr);
   uint32_t node_index(const std::string& name);
+  uint32_t node_sid(uint32_t node);  // string id of node `node`'s name
+  // String id of the node name an address maps to, without numbering a node (normalize() numbers nodes
+  // by first appearance as a sender; a receiver must not take an index early).
+  uint32_t name_sid_of_addr(uint32_t addr);
   void expire(uint64_t now_ns);
   void compact();
   void enforce_xfer_bound();
@@ -172,8 +176,9 @@ class StreamingAnalysis {
   std::unordered_map<std::string, uint32_t> str_idx_;
   std::vector<std::string> strs_;
   std::map<std::string, std::string> addr_node_;
-  std::vector<uint32_t> addr_node_id_;  // string id -> node index (UINT32_MAX: not resolved yet)
-  std::vector<uint32_t> node_sid_;      // node index -> string id of its name (UINT32_MAX: not yet)
+  std::vector<uint32_t> addr_node_id_;   // string id -> node index (UINT32_MAX: not resolved yet)
+  std::vector<uint32_t> node_sid_;       // node index -> string id of its name (UINT32_MAX: not yet)
+  std::vector<uint32_t> addr_name_sid_;  // string id of an address -> string id of its node's name
   std::unordered_map<std::string, uint32_t> node_idx_;
   std::vector<std::string> nodes_;
   std::unordered_map<FlowKey, uint32_t, KeyHash> flow_idx_;
