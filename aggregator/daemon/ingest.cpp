@@ -18,8 +18,12 @@ namespace netprism::daemon {
 
 namespace {
 // A drained group is bounded so one commit stays short (ACK latency) and memory stays bounded:
-// 1024 messages or 64 MiB, whichever comes first.
-constexpr std::size_t kGroupMessages = 1024;
+// 8192 messages or 64 MiB, whichever comes first. The message bound is what a large cluster meets first:
+// 1,000 agents sending every 100 ms are 10,000 small batches/s, and every commit rewrites the index pages
+// of every node it touches (the batches' node-keyed indexes), so a commit should carry several batches per
+// node. At 1,024 messages a commit held about one batch per node and the WAL took ~150 MB/s of page
+// rewrites for ~4 MB/s of data; 8,192 small batches are still only a few MiB, committed in tens of ms.
+constexpr std::size_t kGroupMessages = 8192;
 constexpr std::size_t kGroupBytes = 64u << 20;
 // Retention runs every 30 s: frequent enough that the size bound is overshot by at most 30 s of ingest,
 // rare enough that its scans cost nothing measurable.
