@@ -60,6 +60,19 @@ struct {
   __type(value, struct np_flush_req);
 } np_flush_req SEC(".maps");
 
+/* The direct-mapped front of the flow table (np_front_slot in probe_abi.h, np_account in burst.h). 2 048
+ * slots of 128 bytes = 256 KiB: with n flows on a node a flow shares its slot (and falls back to np_flows,
+ * correct but slower) with probability ~n/2048, 5 % for 100 flows. User space scans it whole at each idle
+ * flush (every 100 ms by default): a 256 KiB copy. The size (a power of two) can be set before load. */
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, NP_FRONT_SLOTS_DEFAULT);
+  __type(key, __u32);
+  __type(value, struct np_front_slot);
+} np_front SEC(".maps");
+/* Slots - 1; user space sets it with the map size before load. Read-only data: the verifier sees a constant. */
+const volatile __u32 np_front_mask = NP_FRONT_SLOTS_DEFAULT - 1;
+
 #include "burst.h"
 #include "parse.h"
 
@@ -168,10 +181,49 @@ struct np_flush_ctx {
   struct np_flush_req* req;
 };
 
+/* A flow in an np_front slot: nothing is deleted, the slot is freed under its lock (a data-path CPU checks
+ * `used` and the key under that lock, so a packet lands either in the burst that leaves here or in a new
+ * one). */
+static __always_inline long np_flush_slot(struct np_flush_req* req, const struct np_flow_key* key, __u32 idx) {
+  struct np_front_slot* fs = bpf_map_lookup_elem(&np_front, &idx);
+  if (!fs) return 0; /* index out of range: nothing there */
+  struct np_flowlet* rec = bpf_ringbuf_reserve(&np_events, sizeof(struct np_flowlet), 0);
+  if (!rec) {
+    req->deferred++;
+    np_count(NP_CNT_FLUSH_DEFERRED);
+    return 0;
+  }
+  bool all = req->flags & NP_FLUSH_ALL;
+  if (!np_lock(&fs->lock, NP_LOCK_FLUSH_SPINS)) {
+    bpf_ringbuf_discard(rec, 0);
+    req->deferred++;
+    np_count(NP_CNT_FLUSH_DEFERRED);
+    return 0;
+  }
+  bool emit = false;
+  if (fs->used && np_key_eq(&fs->key, key) && (all || (__s64)(fs->b.last_ns - req->cutoff_ns) < 0)) {
+    np_flowlet_fill(rec, key, &fs->b, all ? NP_END_SHUTDOWN : NP_END_IDLE_FLUSH);
+    fs->used = 0;
+    fs->b.packets = 0;
+    emit = true;
+  }
+  np_unlock(&fs->lock);
+  if (emit) {
+    bpf_ringbuf_submit(rec, 0);
+    req->flushed++;
+    req->deleted++;
+    np_count(NP_CNT_BURSTS_EMITTED);
+  } else {
+    bpf_ringbuf_discard(rec, 0);
+  }
+  return 0;
+}
+
 static long np_flush_one(__u64 i, struct np_flush_ctx* c) {
   struct np_flush_req* req = c->req;
   if (i >= NP_FLUSH_BATCH) return 1;
   struct np_flow_key* key = &req->keys[i];
+  if (req->slots[i] != NP_FLUSH_IN_FLOWS) return np_flush_slot(req, key, req->slots[i]);
   struct np_flow_state* st = bpf_map_lookup_elem(&np_flows, key);
   if (!st) return 0; /* already gone */
   struct np_flowlet* rec = bpf_ringbuf_reserve(&np_events, sizeof(struct np_flowlet), 0);
