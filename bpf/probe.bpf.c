@@ -70,7 +70,8 @@ struct {
   __type(key, __u32);
   __type(value, struct np_front_slot);
 } np_front SEC(".maps");
-/* Slots - 1; user space sets it with the map size before load. Read-only data: the verifier sees a constant. */
+/* Slots - 1; user space sets it with the map size before load. Read-only data: the verifier sees a constant.
+ */
 const volatile __u32 np_front_mask = NP_FRONT_SLOTS_DEFAULT - 1;
 
 #include "burst.h"
@@ -184,7 +185,8 @@ struct np_flush_ctx {
 /* A flow in an np_front slot: nothing is deleted, the slot is freed under its lock (a data-path CPU checks
  * `used` and the key under that lock, so a packet lands either in the burst that leaves here or in a new
  * one). */
-static __always_inline long np_flush_slot(struct np_flush_req* req, const struct np_flow_key* key, __u32 idx) {
+static __always_inline long np_flush_slot(struct np_flush_req* req, const struct np_flow_key* key,
+                                          __u32 idx) {
   struct np_front_slot* fs = bpf_map_lookup_elem(&np_front, &idx);
   if (!fs) return 0; /* index out of range: nothing there */
   struct np_flowlet* rec = bpf_ringbuf_reserve(&np_events, sizeof(struct np_flowlet), 0);
