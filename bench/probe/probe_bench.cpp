@@ -16,7 +16,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdarg>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -80,6 +82,17 @@ RunStats stats_of(int prog_fd) {
   uint32_t len = sizeof info;
   bpf_obj_get_info_by_fd(prog_fd, &info, &len);
   return {info.run_time_ns, info.run_cnt};
+}
+
+// libbpf warns "Exclusivity flag on, cannot modify" whenever bpf_tc_hook_create finds the clsact qdisc
+// already there (expected: the probe and the baseline take turns on one interface). Everything else is
+// printed.
+int quiet_existing_qdisc(enum libbpf_print_level level, const char* fmt, va_list args) {
+  if (level == LIBBPF_DEBUG) return 0;
+  char buf[512];
+  std::vsnprintf(buf, sizeof buf, fmt, args);
+  if (std::strstr(buf, "Exclusivity flag on")) return 0;
+  return std::fputs(buf, stderr);
 }
 
 // The baseline attached to the same hooks as the probe (its own slot), detached on destruction.
@@ -289,6 +302,7 @@ int main(int argc, char** argv) {
   }
   // Killed mid-run (Ctrl-C, a timeout, a closed pipe): still remove the namespace and restore bpf_stats.
   netprism::test::veth_signal::install();
+  libbpf_set_print(quiet_existing_qdisc);
   if (geteuid() != 0) {
     std::fprintf(stderr, "probe_bench: needs root (loads BPF, creates namespaces)\n");
     return 1;
