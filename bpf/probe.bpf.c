@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /* netprism flow probe. Map and program names are the agent's interface to it (see
- * include/netprism/probe_abi.h): maps: np_flows (per-flow burst state), np_events (ring buffer of finished
- * bursts), np_counters (per-CPU loss and skip counters), np_config (runtime thresholds), np_exclude
- * (addresses/ports never observed), np_flush_req (idle-flush request, user space -> np_flush) programs:
- * np_tc_ingress, np_tc_egress (tc clsact), np_xdp (XDP ingress), np_flush (run by user space through
- *   BPF_PROG_TEST_RUN, never attached)
+ * include/netprism/probe_abi.h): maps: np_front (direct-mapped per-flow burst state, the common case),
+ * np_flows (hash table of the flows whose front slot is taken), np_events (ring buffer of finished bursts),
+ * np_counters (per-CPU loss and skip counters), np_config (runtime thresholds), np_exclude (addresses/ports
+ * never observed), np_flush_req (idle-flush request, user space -> np_flush), np_tc_jump (tc hooks -> the
+ * shared tc data path). Programs: np_tc_ingress, np_tc_egress (tc clsact; both tail-call np_tc_shared),
+ * np_xdp (XDP ingress), np_flush (run by user space through BPF_PROG_TEST_RUN, never attached).
  * The probe only observes: every entry point returns TC_ACT_OK / XDP_PASS whatever it finds. */
 #include "vmlinux.h"
 #include <bpf/bpf_endian.h>

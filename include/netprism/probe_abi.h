@@ -25,7 +25,7 @@ enum np_counter {
   NP_CNT_OTHER_L4,       /* IP but neither TCP nor UDP (ICMP, ESP, ...) */
   NP_CNT_EXCLUDED,       /* matched the exclusion list (the agent's own traffic) */
   NP_CNT_RINGBUF_FULL,   /* a finished burst could not be written to the ring buffer: that burst is lost */
-  NP_CNT_MAP_FULL,       /* flow table full (E2BIG): the packet of a new flow is not tracked */
+  NP_CNT_MAP_FULL,       /* new flow, its np_front slot taken and np_flows full (E2BIG): packet not tracked */
   NP_CNT_MAP_BUSY,       /* flow table insert failed with EBUSY/ENOMEM/other: packet not tracked */
   NP_CNT_BURSTS_EMITTED, /* bursts written to the ring buffer (gap, max-duration and flush) */
   NP_CNT_IP_FRAGMENT,    /* IPv4/IPv6 fragment: L4 header absent or payload split, not tracked */
