@@ -161,7 +161,7 @@ TEST_P(ProbeVeth, TwoTransfersSeparatedBy50msGiveTwoExactBursts) {
   const uint32_t ifindex = if_nametoindex(net_->host_if.c_str());
   const uint8_t data_dir = mode == AttachMode::kTc ? NP_DIR_EGRESS : NP_DIR_INGRESS;
   std::vector<np_flowlet> data;
-  uint64_t reverse_payload = 0, reverse_packets = 0;
+  uint64_t reverse_payload = 0, reverse_packets = 0, reverse_bursts = 0;
   for (const auto& f : t.bursts) {
     if (f.key.ifindex != ifindex || f.key.proto != NP_PROTO_TCP) continue;
     if (f.key.sport == t.sender_port && f.key.dport == t.receiver_port) {
@@ -170,7 +170,12 @@ TEST_P(ProbeVeth, TwoTransfersSeparatedBy50msGiveTwoExactBursts) {
     } else if (f.key.sport == t.receiver_port && f.key.dport == t.sender_port) {
       reverse_payload += f.payload_bytes;
       reverse_packets += f.packets;
+      ++reverse_bursts;
       EXPECT_NE(f.key.dir, data_dir);
+      // tc ingress takes the ACKs' times from the namespace's TCP departure times: the same clock.
+      EXPECT_GE(f.first_ns, start);
+      EXPECT_LE(f.first_ns, f.last_ns);
+      EXPECT_LE(f.last_ns, end);
     }
   }
   ASSERT_EQ(data.size(), 2u) << "expected exactly one burst per half of the transfer";
@@ -181,7 +186,7 @@ TEST_P(ProbeVeth, TwoTransfersSeparatedBy50msGiveTwoExactBursts) {
   EXPECT_EQ(data[1].payload_bytes, n);
   EXPECT_EQ(data[0].payload_bytes + data[1].payload_bytes, 2 * n);
   EXPECT_GE(data[1].first_ns - data[0].last_ns, 50'000'000u) << "the pause is between the bursts";
-  // On tc egress the times come from TCP's departure times, elsewhere from the clock: both CLOCK_MONOTONIC.
+  // On tc the times come from TCP's departure times, on XDP from the clock: both CLOCK_MONOTONIC.
   EXPECT_GE(data[0].first_ns, start);
   EXPECT_LE(data[1].last_ns, end);
   EXPECT_TRUE(data[0].tcp_flags & 0x02) << "the first burst holds the SYN";
@@ -190,6 +195,7 @@ TEST_P(ProbeVeth, TwoTransfersSeparatedBy50msGiveTwoExactBursts) {
   EXPECT_EQ(reverse_payload, 0u) << "the receiver only sends ACKs";
   if (mode == AttachMode::kTc) {
     EXPECT_GT(reverse_packets, 0u) << "tc ingress sees the ACKs";
+    EXPECT_GE(reverse_bursts, 2u) << "the ACKs pause with the data";
   }
   char src[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, data[0].key.saddr + 12, src, sizeof src);
