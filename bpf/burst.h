@@ -279,7 +279,7 @@ static __always_inline void np_account(struct np_pkt* p, __u32 segs, __u64 now) 
       long err = bpf_map_update_elem(&np_flows, &p->key, &init, BPF_NOEXIST);
       np_unlock(&fs->lock);
       if (err == 0) return;
-      if (err == -17 /* EEXIST: cannot happen under the slot lock, but harmless: use it */) continue;
+      if (err == -17 /* EEXIST: another CPU inserted it between our lookup and the lock */) continue;
       np_count(err == -7 /* E2BIG */ ? NP_CNT_MAP_FULL : NP_CNT_MAP_BUSY);
       return;
     }
