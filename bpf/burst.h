@@ -152,8 +152,65 @@ static __always_inline void np_flowlet_fill(struct np_flowlet* out, const struct
   out->end_reason = reason;
 }
 
+/* Adds the packet to the burst in progress b (its lock held): closes b first, copying it to *done, when the
+ * packet comes after an idle gap or b has run for max_burst. Returns the end reason of the closed burst, or
+ * 0 when the packet simply joined b. */
+static __always_inline __u8 np_burst_step(struct np_burst* b, struct np_burst* done, const struct np_pkt* p,
+                                          __u64 now, __u32 segs, __u64 bytes, __u64 gap, __u64 max_burst) {
+  if (b->packets == 0) {
+    np_burst_start(b, p, now, segs, bytes);
+    return 0;
+  }
+  __u8 cut = 0;
+  if ((__s64)(now - b->last_ns) > (__s64)gap)
+    cut = NP_END_GAP;
+  else if ((__s64)(now - b->first_ns) >= (__s64)max_burst)
+    cut = NP_END_MAX_DURATION;
+  if (cut) {
+    *done = *b;
+    np_burst_start(b, p, now, segs, bytes);
+  } else {
+    np_burst_add(b, p, now, segs, bytes);
+  }
+  return cut;
+}
+
+/* Sends a burst closed by the data path (after the lock is released: no helper runs under a lock). */
+static __always_inline void np_emit(const struct np_flow_key* k, const struct np_burst* done, __u8 cut) {
+  struct np_flowlet* rec = bpf_ringbuf_reserve(&np_events, sizeof(struct np_flowlet), 0);
+  if (!rec) {
+    np_count(NP_CNT_RINGBUF_FULL);
+    return;
+  }
+  np_flowlet_fill(rec, k, done, cut);
+  bpf_ringbuf_submit(rec, 0);
+  np_count(NP_CNT_BURSTS_EMITTED);
+}
+
+static __always_inline bool np_key_eq(const struct np_flow_key* a, const struct np_flow_key* b) {
+  const __u64* x = (const __u64*)a;
+  const __u64* y = (const __u64*)b;
+  return ((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]) | (x[4] ^ y[4]) | (x[5] ^ y[5])) == 0;
+}
+
+/* The np_front slot of a key: the top bits of a multiplicative hash of its tag (np_front_mask + 1 is a power
+ * of two, set by user space before load together with the map size). */
+static __always_inline __u32 np_front_index(__u64 tag) {
+  return (__u32)((tag * 0x9E3779B97F4A7C15ull) >> 32) & np_front_mask;
+}
+
 /* Accounts one parsed packet. segs: wire packets it stands for (GSO segments; 1 for XDP). now: the packet's
- * CLOCK_MONOTONIC time if the caller has it for free, else 0 (read here). */
+ * CLOCK_MONOTONIC time if the caller has it for free, else 0 (read here).
+ *
+ * Where a flow lives: in its np_front slot when it found the slot free, else in np_flows; never in both.
+ * That invariant holds because a flow's state is only ever *created* under its front slot's lock, after
+ * checking the other place: a free slot is claimed only if np_flows has no entry for the key, and an
+ * np_flows entry is only inserted while the slot holds another flow. Removal (the idle flush) frees a slot
+ * under its lock, or marks an np_flows entry dead under the entry's lock before deleting it, as before. A
+ * packet that finds its flow in neither place (removed meanwhile) starts over, at most NP_FLOW_RETRIES
+ * times, then counts NP_CNT_FLOW_RACE. The claim and the insert call one map helper under the slot lock: it
+ * happens once per flow, not per packet, and nothing on the data path waits for a slot lock while it holds
+ * another lock, so no lock order can deadlock. */
 static __always_inline void np_account(struct np_pkt* p, __u32 segs, __u64 now) {
   __u32 zero = 0;
   struct np_probe_config* cfg = bpf_map_lookup_elem(&np_config, &zero);
@@ -168,21 +225,64 @@ static __always_inline void np_account(struct np_pkt* p, __u32 segs, __u64 now) 
   /* IP bytes on the wire: a GSO packet becomes segs packets, each with its own IP and L4 header. */
   __u64 bytes = (__u64)p->ip_len + (__u64)(segs - 1) * p->hdr_len;
   __u64 tag = np_key_tag(&p->key);
+  __u32 idx = np_front_index(tag);
+  struct np_front_slot* fs = bpf_map_lookup_elem(&np_front, &idx);
+  if (!fs) {
+    np_count(NP_CNT_MAP_BUSY); /* index is masked to the map size: cannot happen, but never silent */
+    return;
+  }
+  struct np_burst done;
+  __u8 cut;
 
   for (int i = 0; i < NP_FLOW_RETRIES; i++) {
-    struct np_flow_state* st = bpf_map_lookup_elem(&np_flows, &p->key);
+    /* 1. The front slot: the flow's own (the common case), free (claim it), or another flow's. */
+    if (!np_lock(&fs->lock, NP_LOCK_SLOW_SPINS)) {
+      np_count(NP_CNT_LOCK_TIMEOUT);
+      return;
+    }
+    struct np_flow_state* st = NULL;
+    if (fs->used) {
+      if (np_key_eq(&fs->key, &p->key)) {
+        cut = np_burst_step(&fs->b, &done, p, now, segs, bytes, gap, max_burst);
+        np_unlock(&fs->lock);
+        if (cut) np_emit(&p->key, &done, cut);
+        return;
+      }
+    } else {
+      /* Free: take it, unless the flow already lives in np_flows (it began while the slot was taken). */
+      st = bpf_map_lookup_elem(&np_flows, &p->key);
+      if (!st) {
+        fs->key = p->key;
+        np_burst_start(&fs->b, p, now, segs, bytes);
+        fs->used = 1;
+        np_unlock(&fs->lock);
+        return;
+      }
+    }
+    np_unlock(&fs->lock);
+
+    /* 2. np_flows. */
+    if (!st) st = bpf_map_lookup_elem(&np_flows, &p->key);
     if (!st) {
+      /* New flow whose slot is taken: insert under the slot lock, re-checked (see above). */
+      if (!np_lock(&fs->lock, NP_LOCK_SLOW_SPINS)) {
+        np_count(NP_CNT_LOCK_TIMEOUT);
+        return;
+      }
+      if (!fs->used || np_key_eq(&fs->key, &p->key)) {
+        np_unlock(&fs->lock); /* the slot was freed or claimed for this flow meanwhile: start over */
+        continue;
+      }
       struct np_flow_state init = {};
       init.key_tag = tag;
       np_burst_start(&init.b, p, now, segs, bytes);
       long err = bpf_map_update_elem(&np_flows, &p->key, &init, BPF_NOEXIST);
+      np_unlock(&fs->lock);
       if (err == 0) return;
-      if (err == -17 /* EEXIST: another CPU created it first */) continue;
+      if (err == -17 /* EEXIST: another CPU inserted it between our lookup and the lock */) continue;
       np_count(err == -7 /* E2BIG */ ? NP_CNT_MAP_FULL : NP_CNT_MAP_BUSY);
       return;
     }
-    struct np_burst done;
-    __u8 cut = 0;
     if (!np_lock(&st->lock, NP_LOCK_SLOW_SPINS)) {
       np_count(NP_CNT_LOCK_TIMEOUT);
       return;
@@ -192,31 +292,9 @@ static __always_inline void np_account(struct np_pkt* p, __u32 segs, __u64 now) 
       np_unlock(&st->lock);
       continue;
     }
-    if (st->b.packets == 0) {
-      np_burst_start(&st->b, p, now, segs, bytes);
-    } else {
-      __s64 idle = (__s64)(now - st->b.last_ns);
-      if (idle > (__s64)gap)
-        cut = NP_END_GAP;
-      else if ((__s64)(now - st->b.first_ns) >= (__s64)max_burst)
-        cut = NP_END_MAX_DURATION;
-      if (cut) {
-        done = st->b;
-        np_burst_start(&st->b, p, now, segs, bytes);
-      } else {
-        np_burst_add(&st->b, p, now, segs, bytes);
-      }
-    }
+    cut = np_burst_step(&st->b, &done, p, now, segs, bytes, gap, max_burst);
     np_unlock(&st->lock);
-    /* No helper runs under the lock: the finished burst leaves from the stack copy. */
-    if (cut) {
-      struct np_flowlet out;
-      np_flowlet_fill(&out, &p->key, &done, cut);
-      if (bpf_ringbuf_output(&np_events, &out, sizeof(out), 0))
-        np_count(NP_CNT_RINGBUF_FULL);
-      else
-        np_count(NP_CNT_BURSTS_EMITTED);
-    }
+    if (cut) np_emit(&p->key, &done, cut);
     return;
   }
   np_count(NP_CNT_FLOW_RACE);

@@ -70,6 +70,12 @@ Probe::~Probe() {
 }
 
 std::unique_ptr<Probe> Probe::open(const ProbeOptions& opts, std::string& err) {
+  const uint32_t front = opts.front_slots ? opts.front_slots : NP_FRONT_SLOTS_DEFAULT;
+  // The slot index is a masked hash (bpf/burst.h): a power of two. 1 Mi slots = 128 MiB is far past any use.
+  if ((front & (front - 1)) != 0 || front > (1u << 20)) {
+    err = "probe front_slots = " + std::to_string(front) + " must be a power of two, at most 1048576";
+    return nullptr;
+  }
   auto p = std::make_unique<Probe>(Key{});
   int e = 0;
   {
@@ -78,6 +84,8 @@ std::unique_ptr<Probe> Probe::open(const ProbeOptions& opts, std::string& err) {
     e = errno;
     if (p->impl_->skel) {
       if (opts.max_flows) bpf_map__set_max_entries(p->impl_->skel->maps.np_flows, opts.max_flows);
+      bpf_map__set_max_entries(p->impl_->skel->maps.np_front, front);
+      p->impl_->skel->rodata->np_front_mask = front - 1;
       if (int r = probe::load(p->impl_->skel.get()); r != 0) {
         e = -r;
         p->impl_->skel.reset();
@@ -200,6 +208,27 @@ std::size_t Probe::poll(const FlowletSink& sink) {
   return impl_->rctx.delivered;
 }
 
+std::vector<std::pair<uint32_t, np_front_slot>> read_front_slots(int front_fd) {
+  std::vector<std::pair<uint32_t, np_front_slot>> out;
+  bpf_map_info info{};
+  uint32_t len = sizeof info;
+  if (bpf_obj_get_info_by_fd(front_fd, &info, &len) != 0 || info.max_entries == 0) return out;
+  const uint32_t n = info.max_entries;
+  std::vector<uint32_t> keys(n);
+  std::vector<np_front_slot> vals(n);
+  // One batched copy of the whole array (256 KiB by default) instead of a syscall per slot.
+  uint32_t count = n, out_batch = 0;
+  int r = bpf_map_lookup_batch(front_fd, nullptr, &out_batch, keys.data(), vals.data(), &count, nullptr);
+  if (r != 0 && errno != ENOENT) {  // no batch support: one lookup per slot
+    count = 0;
+    for (uint32_t i = 0; i < n; ++i)
+      if (bpf_map_lookup_elem(front_fd, &i, &vals[count]) == 0) keys[count++] = i;
+  }
+  for (uint32_t i = 0; i < count && i < n; ++i)
+    if (vals[i].used) out.emplace_back(keys[i], vals[i]);
+  return out;
+}
+
 std::size_t Probe::flush_idle(uint64_t now_mono_ns, bool all, const FlowletSink& sink) {
   std::lock_guard lock(impl_->flush_mu);
   poll(sink);  // make room in the ring before the flush writes into it
@@ -207,15 +236,26 @@ std::size_t Probe::flush_idle(uint64_t now_mono_ns, bool all, const FlowletSink&
   const uint64_t cutoff = now_mono_ns > gap ? now_mono_ns - gap : 0;
   int flows_fd = bpf_map__fd(impl_->skel->maps.np_flows);
 
-  // Candidates from a racy read; np_flush decides under each entry's lock.
+  // Candidates from a racy read of both places a flow can live; np_flush decides under each entry's lock.
   std::vector<np_flow_key> cand;
+  std::vector<uint32_t> cand_slot;
+  for (const auto& [idx, slot] : read_front_slots(bpf_map__fd(impl_->skel->maps.np_front))) {
+    if (!slot.used) continue;
+    if (all || static_cast<int64_t>(slot.b.last_ns - cutoff) < 0) {
+      cand.push_back(slot.key);
+      cand_slot.push_back(idx);
+    }
+  }
   np_flow_key cur{}, next{};
   np_flow_state st{};
   for (int r = bpf_map_get_next_key(flows_fd, nullptr, &next); r == 0;
        r = bpf_map_get_next_key(flows_fd, &cur, &next)) {
     if (bpf_map_lookup_elem(flows_fd, &next, &st) == 0) {
       bool idle = st.b.packets == 0 || static_cast<int64_t>(st.b.last_ns - cutoff) < 0;
-      if (all || idle) cand.push_back(next);
+      if (all || idle) {
+        cand.push_back(next);
+        cand_slot.push_back(NP_FLUSH_IN_FLOWS);
+      }
     }
     cur = next;
   }
@@ -231,6 +271,7 @@ std::size_t Probe::flush_idle(uint64_t now_mono_ns, bool all, const FlowletSink&
     req->flags = all ? NP_FLUSH_ALL : 0;
     req->n = static_cast<uint32_t>(std::min<std::size_t>(NP_FLUSH_BATCH, cand.size() - i));
     std::memcpy(req->keys, &cand[i], req->n * sizeof(np_flow_key));
+    std::memcpy(req->slots, &cand_slot[i], req->n * sizeof(uint32_t));
     uint32_t zero = 0;
     if (bpf_map_update_elem(req_fd, &zero, req.get(), BPF_ANY) != 0) break;
     LIBBPF_OPTS(bpf_test_run_opts, run, .data_in = pkt, .data_size_in = sizeof pkt, .repeat = 1);

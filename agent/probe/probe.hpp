@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "netprism/addr.hpp"
@@ -26,12 +27,17 @@ struct ProbeOptions {
   };
   std::vector<Exclude> exclude;  // never observed (the agent's own aggregator connection)
   uint32_t max_flows = 0;        // flow-table entries (preallocated, 192 B each); 0: 65536
+  uint32_t front_slots = 0;  // direct-mapped front of the flow table (128 B each, a power of two); 0: 2048
 };
 
 using FlowletSink = std::function<void(const np_flowlet&)>;  // times are kernel CLOCK_MONOTONIC ns
 
 // Time base of every probe timestamp and of flush_idle's `now`: CLOCK_MONOTONIC, what bpf_ktime_get_ns reads.
 uint64_t monotonic_now_ns();
+
+// The occupied slots of an np_front map fd as (index, slot): a racy snapshot (idle flush, tests). A flow is
+// in exactly one of np_front and np_flows.
+std::vector<std::pair<uint32_t, np_front_slot>> read_front_slots(int front_fd);
 
 // Use one Probe from one thread (poll and flush_idle both drain the ring buffer); counters() and
 // set_thresholds() may be called from any thread.

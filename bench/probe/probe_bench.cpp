@@ -7,13 +7,18 @@
 //  3. TCP throughput between namespaces with the probe attached vs without.
 // Rounds alternate between the two sides and medians are reported: the machine is shared.
 // Usage (root): probe_bench [--repeat N] [--seconds S] [--rounds R] [--sections run,attached,throughput]
+//                           [--streams tcp,roce]
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <fcntl.h>
 #include <net/if.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdarg>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -44,15 +49,31 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-// kernel.bpf_stats_enabled on for the run, restored on every exit path.
+// kernel.bpf_stats_enabled set for a section (on for the attached costs, off for BPF_PROG_TEST_RUN, whose
+// duration would otherwise include the stats accounting: two sched_clock reads per run, ~60 ns on this VM),
+// restored on every exit path, a fatal signal included
+// (veth_signal::extra runs in the signal handler: only open/write there).
+char g_stats_old = '0';
+void restore_bpf_stats_from_signal() {
+  int fd = open("/proc/sys/kernel/bpf_stats_enabled", O_WRONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    (void)!write(fd, &g_stats_old, 1);
+    close(fd);
+  }
+}
 struct BpfStats {
   std::string old;
-  BpfStats() {
+  explicit BpfStats(bool on) {
     std::ifstream in("/proc/sys/kernel/bpf_stats_enabled");
     std::getline(in, old);
-    std::ofstream("/proc/sys/kernel/bpf_stats_enabled") << "1";
+    g_stats_old = old == "1" ? '1' : '0';
+    netprism::test::veth_signal::extra = restore_bpf_stats_from_signal;
+    std::ofstream("/proc/sys/kernel/bpf_stats_enabled") << (on ? "1" : "0");
   }
-  ~BpfStats() { std::ofstream("/proc/sys/kernel/bpf_stats_enabled") << (old.empty() ? "0" : old); }
+  ~BpfStats() {
+    std::ofstream("/proc/sys/kernel/bpf_stats_enabled") << (old.empty() ? "0" : old);
+    netprism::test::veth_signal::extra = nullptr;
+  }
 };
 
 struct RunStats {
@@ -63,6 +84,17 @@ RunStats stats_of(int prog_fd) {
   uint32_t len = sizeof info;
   bpf_obj_get_info_by_fd(prog_fd, &info, &len);
   return {info.run_time_ns, info.run_cnt};
+}
+
+// libbpf warns "Exclusivity flag on, cannot modify" whenever bpf_tc_hook_create finds the clsact qdisc
+// already there (expected: the probe and the baseline take turns on one interface). Everything else is
+// printed.
+int quiet_existing_qdisc(enum libbpf_print_level level, const char* fmt, va_list args) {
+  if (level == LIBBPF_DEBUG) return 0;
+  char buf[512];
+  std::vsnprintf(buf, sizeof buf, fmt, args);
+  if (std::strstr(buf, "Exclusivity flag on")) return 0;
+  return std::fputs(buf, stderr);
 }
 
 // The baseline attached to the same hooks as the probe (its own slot), detached on destruction.
@@ -93,6 +125,7 @@ ProbeOptions agent_like_options() {
 }
 
 void prog_test_run_section(Probe& probe, baseline& base, uint32_t repeat, int rounds) {
+  BpfStats stats_off(false);
   std::printf("== BPF_PROG_TEST_RUN, repeat %u, median of %d alternating rounds ==\n", repeat, rounds);
   std::printf("%-6s %-5s %12s %12s %8s\n", "hook", "pkt", "baseline_ns", "probe_ns", "ratio");
   auto tcp = PacketBuilder().eth().ipv4("10.7.0.1", "10.7.0.2").tcp(40000, 29500, 0x18).payload(1448).build();
@@ -122,23 +155,25 @@ void prog_test_run_section(Probe& probe, baseline& base, uint32_t repeat, int ro
   }
 }
 
-void attached_section(baseline& base, double seconds, int rounds) {
-  BpfStats stats_on;
+void attached_section(baseline& base, double seconds, int rounds, const std::string& streams) {
+  BpfStats stats_on(true);
   std::printf(
       "\n== tc attached to a veth stream, kernel bpf_stats (ns per invocation, ingress+egress), "
       "%.1f s x %d alternating rounds ==\n",
       seconds, rounds);
-  std::printf("%-6s %12s %12s %8s %14s\n", "stream", "baseline_ns", "probe_ns", "ratio", "probe_invocations");
+  std::printf("%-6s %12s %12s %8s %14s %12s  %s\n", "stream", "baseline_ns", "probe_ns", "ratio",
+              "round_ratios", "invocations", "probe ns/inv ingress, egress (invocations)");
   VethNetns net;
   int ifindex = static_cast<int>(if_nametoindex(net.host_if.c_str()));
   int base_fd = bpf_program__fd(base.progs.np_baseline_tc);
-  for (const char* stream : {"tcp", "roce"}) {
+  for (std::string stream : {"tcp", "roce"}) {
+    if (streams.find(stream) == std::string::npos) continue;
     auto traffic = [&] {
-      return std::string(stream) == "tcp" ? netprism::bench::tcp_stream(net, seconds)
-                                          : netprism::bench::roce_stream(net, seconds);
+      return stream == "tcp" ? netprism::bench::tcp_stream(net, seconds)
+                             : netprism::bench::roce_stream(net, seconds);
     };
-    std::vector<double> b, p;
-    uint64_t invocations = 0;
+    std::vector<double> b, p, pin, peg, round_ratio;
+    uint64_t invocations = 0, inv_in = 0, inv_eg = 0;
     for (int r = 0; r < rounds; ++r) {
       {
         BaselineTc att(ifindex, base_fd);
@@ -157,19 +192,30 @@ void attached_section(baseline& base, double seconds, int rounds) {
         auto i1 = stats_of(in), e1 = stats_of(eg);
         uint64_t cnt = (i1.cnt - i0.cnt) + (e1.cnt - e0.cnt);
         invocations += cnt;
+        inv_in += i1.cnt - i0.cnt;
+        inv_eg += e1.cnt - e0.cnt;
         p.push_back(double((i1.ns - i0.ns) + (e1.ns - e0.ns)) / double(std::max<uint64_t>(1, cnt)));
+        pin.push_back(double(i1.ns - i0.ns) / double(std::max<uint64_t>(1, i1.cnt - i0.cnt)));
+        peg.push_back(double(e1.ns - e0.ns) / double(std::max<uint64_t>(1, e1.cnt - e0.cnt)));
+        round_ratio.push_back(p.back() / b.back());
         auto c = probe->counters();
-        if (c[NP_CNT_RINGBUF_FULL] || c[NP_CNT_MAP_FULL] || c[NP_CNT_MAP_BUSY] || c[NP_CNT_FLOW_RACE])
+        if (c[NP_CNT_RINGBUF_FULL] || c[NP_CNT_MAP_FULL] || c[NP_CNT_MAP_BUSY] || c[NP_CNT_FLOW_RACE] ||
+            c[NP_CNT_LOCK_TIMEOUT])
           std::printf("  (loss counters non-zero in this round)\n");
       }
     }
-    std::printf("%-6s %12.1f %12.1f %8.2f %14llu\n", stream, median(b), median(p), median(p) / median(b),
-                (unsigned long long)(invocations / rounds));
+    auto [lo, hi] = std::minmax_element(round_ratio.begin(), round_ratio.end());
+    char range[32];
+    std::snprintf(range, sizeof range, "%.2f-%.2f", *lo, *hi);
+    std::printf("%-6s %12.1f %12.1f %8.2f %14s %12llu  %.1f, %.1f (%llu, %llu)\n", stream.c_str(), median(b),
+                median(p), median(p) / median(b), range, (unsigned long long)(invocations / rounds),
+                median(pin), median(peg), (unsigned long long)(inv_in / rounds),
+                (unsigned long long)(inv_eg / rounds));
   }
 }
 
 void throughput_section(double seconds, int rounds) {
-  BpfStats stats_on;
+  BpfStats stats_on(true);
   std::printf("\n== TCP throughput host -> namespace over veth, %.1f s x %d alternating rounds ==\n", seconds,
               rounds);
   VethNetns net;
@@ -237,6 +283,7 @@ int main(int argc, char** argv) {
   double seconds = 3;
   int rounds = 5;
   std::string sections = "run,attached,throughput";
+  std::string streams = "tcp,roce";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--repeat")
@@ -247,13 +294,18 @@ int main(int argc, char** argv) {
       rounds = std::atoi(argv[i + 1]);
     else if (k == "--sections")
       sections = argv[i + 1];
+    else if (k == "--streams")
+      streams = argv[i + 1];
     else {
       std::fprintf(stderr,
                    "usage: probe_bench [--repeat N] [--seconds S] [--rounds R] [--sections "
-                   "run,attached,throughput]\n");
+                   "run,attached,throughput] [--streams tcp,roce]\n");
       return 2;
     }
   }
+  // Killed mid-run (Ctrl-C, a timeout, a closed pipe): still remove the namespace and restore bpf_stats.
+  netprism::test::veth_signal::install();
+  libbpf_set_print(quiet_existing_qdisc);
   if (geteuid() != 0) {
     std::fprintf(stderr, "probe_bench: needs root (loads BPF, creates namespaces)\n");
     return 1;
@@ -267,7 +319,7 @@ int main(int argc, char** argv) {
     auto want = [&](const char* s) { return sections.find(s) != std::string::npos; };
     if (want("run")) prog_test_run_section(*probe, *base, repeat, rounds);
     probe.reset();
-    if (want("attached")) attached_section(*base, seconds, rounds);
+    if (want("attached")) attached_section(*base, seconds, rounds, streams);
     if (want("throughput")) throughput_section(seconds, rounds);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "probe_bench: %s\n", e.what());

@@ -25,7 +25,7 @@ enum np_counter {
   NP_CNT_OTHER_L4,       /* IP but neither TCP nor UDP (ICMP, ESP, ...) */
   NP_CNT_EXCLUDED,       /* matched the exclusion list (the agent's own traffic) */
   NP_CNT_RINGBUF_FULL,   /* a finished burst could not be written to the ring buffer: that burst is lost */
-  NP_CNT_MAP_FULL,       /* flow table full (E2BIG): the packet of a new flow is not tracked */
+  NP_CNT_MAP_FULL,       /* new flow, its np_front slot taken and np_flows full (E2BIG): packet not tracked */
   NP_CNT_MAP_BUSY,       /* flow table insert failed with EBUSY/ENOMEM/other: packet not tracked */
   NP_CNT_BURSTS_EMITTED, /* bursts written to the ring buffer (gap, max-duration and flush) */
   NP_CNT_IP_FRAGMENT,    /* IPv4/IPv6 fragment: L4 header absent or payload split, not tracked */
@@ -95,12 +95,27 @@ struct np_flow_state {
   __u64 pad1;
 };
 
+/* One slot of np_front, the direct-mapped flow table in front of np_flows (bpf/burst.h): a flow whose slot
+ * (a hash of its key) is free lives here rather than in np_flows. An array lookup is inlined by the verifier
+ * into pointer arithmetic, so the common packet pays no hashing, bucket walk or key compare call, and the
+ * slot is exactly two cache lines (the hash-table element is three, plus its bucket). The full key is kept
+ * for the compare; every field is read and written under `lock`. used == 0: free. */
+#define NP_FRONT_SLOTS_DEFAULT 2048
+struct np_front_slot {
+  __u64 lock; /* 0 free, 1 held (same protocol as np_flow_state.lock) */
+  __u32 used; /* 1: holds `key`'s burst in progress */
+  __u32 pad0;
+  struct np_flow_key key;
+  struct np_burst b;
+};
+
 /* Idle-flush request, written by user space into np_flush_req[0] before running np_flush through
  * BPF_PROG_TEST_RUN. The program closes the listed flows' bursts whose last packet is older than cutoff_ns
  * (every listed flow when NP_FLUSH_ALL), writes them to np_events and deletes the entries; it reports back
  * in the same struct. */
 #define NP_FLUSH_BATCH 64
 #define NP_FLUSH_ALL 0x1u
+#define NP_FLUSH_IN_FLOWS 0xffffffffu /* slots[i]: the flow is in np_flows, not in an np_front slot */
 struct np_flush_req {
   __u64 cutoff_ns; /* CLOCK_MONOTONIC */
   __u32 n;         /* keys used */
@@ -110,6 +125,7 @@ struct np_flush_req {
   __u32 deferred;  /* out: kept because the ring buffer was full */
   __u32 pad0;
   struct np_flow_key keys[NP_FLUSH_BATCH];
+  __u32 slots[NP_FLUSH_BATCH]; /* np_front slot holding keys[i], or NP_FLUSH_IN_FLOWS */
 };
 
 #ifdef __cplusplus
@@ -117,6 +133,7 @@ static_assert(sizeof(struct np_probe_config) == 32, "np_probe_config layout");
 static_assert(sizeof(struct np_exclude_key) == 24, "np_exclude_key layout");
 static_assert(sizeof(struct np_burst) == 64, "np_burst layout");
 static_assert(sizeof(struct np_flow_state) == 96, "np_flow_state layout");
+static_assert(sizeof(struct np_front_slot) == 128, "np_front_slot: two cache lines");
 static_assert(sizeof(struct np_flowlet) == sizeof(struct np_flow_key) + sizeof(struct np_burst),
               "np_burst tail");
 #else
@@ -124,6 +141,7 @@ _Static_assert(sizeof(struct np_probe_config) == 32, "np_probe_config layout");
 _Static_assert(sizeof(struct np_exclude_key) == 24, "np_exclude_key layout");
 _Static_assert(sizeof(struct np_burst) == 64, "np_burst layout");
 _Static_assert(sizeof(struct np_flow_state) == 96, "np_flow_state layout");
+_Static_assert(sizeof(struct np_front_slot) == 128, "np_front_slot: two cache lines");
 _Static_assert(sizeof(struct np_flowlet) == sizeof(struct np_flow_key) + sizeof(struct np_burst),
                "np_burst tail");
 #endif

@@ -2,7 +2,9 @@
 // flush, exclusion list, GSO segments, RoCE opcode classes, a full ring buffer, and the race between the data
 // path and the idle flush. bpf_ktime_get_ns runs in real time under BPF_PROG_TEST_RUN, so the tests set tiny
 // or huge thresholds through np_config and sleep well past them, never near them.
+#include <algorithm>
 #include <atomic>
+#include <map>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -22,6 +24,7 @@ namespace {
 using agent::monotonic_now_ns;
 using agent::Probe;
 using agent::ProbeOptions;
+using agent::read_front_slots;
 using namespace std::chrono_literals;
 
 constexpr uint64_t kMs = 1'000'000;
@@ -74,7 +77,7 @@ TEST_F(ProbeBurst, PacketsWithinTheGapMakeOneBurst) {
   run(tcp_pkt(1), 1000);
   run(tcp_pkt(1), 500, /*xdp=*/false);
   EXPECT_TRUE(drain().empty());
-  auto flows = dump_flows(probe_->map_fd("np_flows"));
+  auto flows = dump_flows(*probe_);
   ASSERT_EQ(flows.size(), 1u);
   EXPECT_EQ(flows[0].second.b.packets, 1500u);
   EXPECT_EQ(flows[0].second.b.payload_bytes, 150000u);
@@ -106,7 +109,7 @@ TEST_F(ProbeBurst, GapCutEmitsTheFinishedBurstAndFlushEmitsTheLast) {
     EXPECT_EQ(flushed[0].packets, 2u);
     EXPECT_EQ(flushed[0].payload_bytes, 100u);
     EXPECT_GT(flushed[0].first_ns, got[0].last_ns + 1 * kMs);
-    EXPECT_TRUE(dump_flows(probe_->map_fd("np_flows")).empty());
+    EXPECT_TRUE(dump_flows(*probe_).empty());
     auto after = probe_->counters();
     EXPECT_EQ(after[NP_CNT_BURSTS_EMITTED] - before[NP_CNT_BURSTS_EMITTED], 2u);
   }
@@ -128,12 +131,12 @@ TEST_F(ProbeBurst, IdleFlushLeavesActiveFlowsAlone) {
   run(tcp_pkt(4));
   auto sink = [](const np_flowlet&) {};
   EXPECT_EQ(probe_->flush_idle(monotonic_now_ns(), false, sink), 0u);
-  EXPECT_EQ(dump_flows(probe_->map_fd("np_flows")).size(), 1u);
+  EXPECT_EQ(dump_flows(*probe_).size(), 1u);
   EXPECT_EQ(probe_->flush_idle(monotonic_now_ns() + 11 * kSec, false, sink), 1u);
-  EXPECT_TRUE(dump_flows(probe_->map_fd("np_flows")).empty());
+  EXPECT_TRUE(dump_flows(*probe_).empty());
   // The flow comes back as a new entry on its next packet.
   run(tcp_pkt(4));
-  EXPECT_EQ(dump_flows(probe_->map_fd("np_flows")).size(), 1u);
+  EXPECT_EQ(dump_flows(*probe_).size(), 1u);
 }
 
 TEST_F(ProbeBurst, ShutdownFlushEmitsEveryFlow) {
@@ -149,20 +152,22 @@ TEST_F(ProbeBurst, ShutdownFlushEmitsEveryFlow) {
     payload += f.payload_bytes;
   }
   EXPECT_EQ(payload, (100u + 299u) * 200u / 2);
-  EXPECT_TRUE(dump_flows(probe_->map_fd("np_flows")).empty());
+  EXPECT_TRUE(dump_flows(*probe_).empty());
 }
 
 TEST_F(ProbeBurst, FullFlowTableIsCountedNotSilent) {
   std::string err;
   ProbeOptions o;
   o.max_flows = 8;
+  o.front_slots = 1;  // every flow maps to the one front slot: the first takes it, the rest need np_flows
   auto small = Probe::open(o, err);
   ASSERT_TRUE(small) << err;
   int fd = small->program_fd("np_tc_egress");
   for (uint16_t s = 0; s < 20; ++s) ASSERT_EQ(run_prog(fd, true, tcp_pkt(2000 + s)).err, 0);
   auto c = small->counters();
-  EXPECT_EQ(dump_flows(small->map_fd("np_flows")).size(), 8u);
-  EXPECT_EQ(c[NP_CNT_MAP_FULL], 12u);
+  EXPECT_EQ(dump_flows(*small).size(), 1u + 8u);
+  EXPECT_EQ(read_front_slots(small->map_fd("np_front")).size(), 1u);
+  EXPECT_EQ(c[NP_CNT_MAP_FULL], 20u - 1u - 8u);
   EXPECT_EQ(c[NP_CNT_MAP_BUSY], 0u);
 }
 
@@ -178,12 +183,12 @@ TEST_F(ProbeBurst, ExclusionListHidesTheAgentsOwnTraffic) {
   run(tcp_pkt(5, 10, "10.8.8.8", 2));
   auto mid = probe_->counters();
   EXPECT_EQ(mid[NP_CNT_EXCLUDED] - before[NP_CNT_EXCLUDED], 4u);
-  EXPECT_TRUE(dump_flows(probe_->map_fd("np_flows")).empty());
+  EXPECT_TRUE(dump_flows(*probe_).empty());
   run(tcp_pkt(5, 10, "10.9.9.9", 7471));  // another port of that host is observed
-  EXPECT_EQ(dump_flows(probe_->map_fd("np_flows")).size(), 1u);
+  EXPECT_EQ(dump_flows(*probe_).size(), 1u);
   ASSERT_TRUE(probe_->set_exclude({}, err)) << err;
   run(tcp_pkt(5, 10, "10.9.9.9", 7470));
-  EXPECT_EQ(dump_flows(probe_->map_fd("np_flows")).size(), 2u);
+  EXPECT_EQ(dump_flows(*probe_).size(), 2u);
   EXPECT_EQ(probe_->counters()[NP_CNT_EXCLUDED], mid[NP_CNT_EXCLUDED]);
 }
 
@@ -193,14 +198,14 @@ TEST_F(ProbeBurst, GsoPacketCountsEverySegment) {
   // 3 IP+TCP headers.
   auto r = run_prog(tc_, true, tcp_pkt(6, 3000), 1, 3);
   ASSERT_EQ(r.err, 0);
-  auto flows = dump_flows(probe_->map_fd("np_flows"));
+  auto flows = dump_flows(*probe_);
   ASSERT_EQ(flows.size(), 1u);
   EXPECT_EQ(flows[0].second.b.packets, 3u);
   EXPECT_EQ(flows[0].second.b.payload_bytes, 3000u);
   EXPECT_EQ(flows[0].second.b.bytes, 3000u + 3 * 40);
 }
 
-// Only a CLOCK_MONOTONIC delivery time (TCP's departure time on egress) may replace the clock; a timestamp
+// Only a CLOCK_MONOTONIC delivery time (a local TCP departure time) may replace the clock; a timestamp
 // of another clock (a receive time in CLOCK_REALTIME) must be ignored. The mono case runs for real in
 // probe_veth_test (the harness cannot set tstamp_type).
 TEST_F(ProbeBurst, TimestampsOfAnotherClockAreIgnored) {
@@ -210,7 +215,7 @@ TEST_F(ProbeBurst, TimestampsOfAnotherClockAreIgnored) {
   ASSERT_EQ(run_prog(tc_, true, pkt, 1, 0, 42).err, 0);
   ASSERT_EQ(run_prog(probe_->program_fd("np_tc_ingress"), true, pkt, 1, 0, 42).err, 0);
   uint64_t after = monotonic_now_ns();
-  auto flows = dump_flows(probe_->map_fd("np_flows"));
+  auto flows = dump_flows(*probe_);
   ASSERT_EQ(flows.size(), 2u);
   for (const auto& [k, st] : flows) {
     EXPECT_GE(st.b.first_ns, before);
@@ -269,7 +274,7 @@ TEST_F(ProbeBurst, FullRingBufferIsCountedNotSilent) {
   EXPECT_EQ(got.size(), c[NP_CNT_BURSTS_EMITTED]);
   uint64_t delivered = 0;
   for (const auto& f : got) delivered += f.packets;
-  auto flows = dump_flows(probe_->map_fd("np_flows"));
+  auto flows = dump_flows(*probe_);
   ASSERT_EQ(flows.size(), 1u);
   uint64_t lost = runs - delivered - flows[0].second.b.packets;
   EXPECT_GE(lost, c[NP_CNT_RINGBUF_FULL]);  // each lost burst held at least one packet
@@ -277,8 +282,11 @@ TEST_F(ProbeBurst, FullRingBufferIsCountedNotSilent) {
 
 // The data path and the idle flush race on the same entries (two CPUs): no packet may vanish. Every packet
 // sent is in exactly one delivered burst, or counted as FLOW_RACE / MAP_BUSY.
-TEST_F(ProbeBurst, FlushRacingTheDataPathLosesNothingUncounted) {
-  thresholds(20'000, 60 * kSec);  // 20 us: the flusher keeps deleting live flows
+void flush_races_data_path(Probe& probe) {
+  std::string err;
+  ASSERT_TRUE(probe.set_thresholds(20'000, 60 * kSec, err))
+      << err;  // 20 us: the flusher keeps removing flows
+  int tc = probe.program_fd("np_tc_egress");
   std::atomic<bool> stop{false};
   uint64_t sent = 0;
   std::vector<np_flowlet> got;
@@ -287,19 +295,19 @@ TEST_F(ProbeBurst, FlushRacingTheDataPathLosesNothingUncounted) {
     for (uint16_t s = 0; s < 8; ++s) pkts.push_back(tcp_pkt(1000 + s, 10));
     auto until = std::chrono::steady_clock::now() + 1500ms;
     for (int i = 0; std::chrono::steady_clock::now() < until; ++i) {
-      auto r = run_prog(tc_, true, pkts[i % 8], 20);
+      auto r = run_prog(tc, true, pkts[i % 8], 20);
       if (r.err == 0) sent += 20;
     }
     stop = true;
   });
   uint64_t flushes = 0;
   while (!stop) {
-    probe_->flush_idle(monotonic_now_ns(), false, [&](const np_flowlet& f) { got.push_back(f); });
+    probe.flush_idle(monotonic_now_ns(), false, [&](const np_flowlet& f) { got.push_back(f); });
     ++flushes;
   }
   sender.join();
-  probe_->flush_idle(monotonic_now_ns(), true, [&](const np_flowlet& f) { got.push_back(f); });
-  auto c = probe_->counters();
+  probe.flush_idle(monotonic_now_ns(), true, [&](const np_flowlet& f) { got.push_back(f); });
+  auto c = probe.counters();
   uint64_t delivered = 0, payload = 0;
   for (const auto& f : got) {
     delivered += f.packets;
@@ -311,12 +319,63 @@ TEST_F(ProbeBurst, FlushRacingTheDataPathLosesNothingUncounted) {
   EXPECT_EQ(c[NP_CNT_LOCK_TIMEOUT], 0u);
   EXPECT_EQ(payload, delivered * 10);
   EXPECT_GT(flushes, 10u);
-  RecordProperty("flow_race", std::to_string(c[NP_CNT_FLOW_RACE]));
+  // A flow lives in one place at a time: its delivered bursts never overlap in time.
+  std::map<std::pair<uint16_t, uint16_t>, std::vector<std::pair<uint64_t, uint64_t>>> spans;
+  for (const auto& f : got) spans[{f.key.sport, f.key.dport}].emplace_back(f.first_ns, f.last_ns);
+  for (auto& [k, v] : spans) {
+    std::sort(v.begin(), v.end());
+    for (std::size_t i = 1; i < v.size(); ++i)
+      EXPECT_GE(v[i].first, v[i - 1].second) << "overlapping bursts of port " << k.first;
+  }
+  // Nothing left behind (an np_flows entry whose delete hit a busy bucket may stay, empty).
+  for (const auto& [k, st] : dump_flows(probe)) EXPECT_EQ(st.b.packets, 0u);
+  ::testing::Test::RecordProperty("flow_race", std::to_string(c[NP_CNT_FLOW_RACE]));
   std::printf(
       "sent %llu packets, %zu bursts, %llu flushes, flow_race %llu, lock_timeout %llu, deferred %llu\n",
       (unsigned long long)sent, got.size(), (unsigned long long)flushes,
       (unsigned long long)c[NP_CNT_FLOW_RACE], (unsigned long long)c[NP_CNT_LOCK_TIMEOUT],
       (unsigned long long)c[NP_CNT_FLUSH_DEFERRED]);
+}
+
+TEST_F(ProbeBurst, FlushRacingTheDataPathLosesNothingUncounted) {
+  flush_races_data_path(*probe_);
+}
+
+// The same race when the 8 flows share one front slot: one lives there, the others in np_flows, and the slot
+// keeps changing hands as the flush frees it (claims and inserts race with the flush and each other).
+TEST_F(ProbeBurst, FlushRacingFlowsThatShareAFrontSlotLosesNothingUncounted) {
+  std::string err;
+  ProbeOptions o;
+  o.max_flows = 4096;
+  o.front_slots = 1;
+  auto shared = Probe::open(o, err);
+  ASSERT_TRUE(shared) << err;
+  flush_races_data_path(*shared);
+}
+
+// Flows that share a front slot: the first takes it, the others live in np_flows; each keeps one burst.
+TEST_F(ProbeBurst, FlowsSharingAFrontSlotKeepOneBurstEach) {
+  std::string err;
+  ProbeOptions o;
+  o.max_flows = 64;
+  o.front_slots = 1;
+  o.gap_ns = 10 * kSec;
+  auto shared = Probe::open(o, err);
+  ASSERT_TRUE(shared) << err;
+  int fd = shared->program_fd("np_tc_egress");
+  for (int i = 0; i < 300; ++i) ASSERT_EQ(run_prog(fd, true, tcp_pkt(uint16_t(3000 + i % 3), 7)).err, 0);
+  EXPECT_EQ(read_front_slots(shared->map_fd("np_front")).size(), 1u);
+  EXPECT_EQ(dump_flows(shared->map_fd("np_flows")).size(), 2u);
+  std::vector<np_flowlet> got;
+  EXPECT_EQ(shared->flush_idle(monotonic_now_ns(), true, [&](const np_flowlet& f) { got.push_back(f); }), 3u);
+  ASSERT_EQ(got.size(), 3u);
+  for (const auto& f : got) {
+    EXPECT_EQ(f.packets, 100u);
+    EXPECT_EQ(f.payload_bytes, 700u);
+    EXPECT_EQ(f.end_reason, NP_END_SHUTDOWN);
+  }
+  EXPECT_TRUE(dump_flows(*shared).empty());
+  EXPECT_EQ(shared->counters()[NP_CNT_FLOW_RACE], 0u);
 }
 
 }  // namespace

@@ -248,7 +248,7 @@ class ProbeTable : public ::testing::TestWithParam<std::tuple<Row, Entry>> {
   void SetUp() override {
     NP_REQUIRE_ROOT();
     ASSERT_TRUE(g_probe);
-    clear_flows(g_probe->map_fd("np_flows"));
+    clear_flows(*g_probe);
     g_probe->poll([](const np_flowlet&) {});
   }
 };
@@ -270,7 +270,7 @@ TEST_P(ProbeTable, PacketGivesExpectedFlowOrCounter) {
   EXPECT_EQ(r.retval, entry_is_tc(entry) ? 0u /* TC_ACT_OK */ : 2u /* XDP_PASS */);
   auto after = g_probe->counters();
   EXPECT_EQ(after[NP_CNT_PACKETS] - before[NP_CNT_PACKETS], 1u);
-  auto flows = dump_flows(g_probe->map_fd("np_flows"));
+  auto flows = dump_flows(*g_probe);
   for (uint32_t c = NP_CNT_NON_IP; c < NP_CNT_MAX; ++c) {
     if (c == NP_CNT_BURSTS_EMITTED) continue;
     uint64_t want = (c == w.reason) ? 1 : 0;

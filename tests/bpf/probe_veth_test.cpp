@@ -8,11 +8,13 @@
 #include <bpf/libbpf.h>
 #include <net/if.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
+#include <linux/tcp.h>
 #include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <future>
 #include <memory>
@@ -61,7 +63,20 @@ struct Transfer {
   std::vector<np_flowlet> bursts;  // everything the probe emitted
   uint16_t sender_port = 0, receiver_port = 0;
   uint64_t received = 0;
+  // Bytes the sender's TCP retransmitted (tcpi_bytes_retrans) by the end of the pause and by the end. The
+  // probe counts every packet it sees, retransmissions included (issue 3), and a veth does drop now and then
+  // (a plain transfer without any probe retransmitted a 45-segment GSO packet in 2 of 15 runs here).
+  uint64_t retrans_first = 0, retrans_total = 0;
 };
+
+uint64_t bytes_retrans(int fd) {
+  tcp_info ti{};
+  socklen_t len = sizeof ti;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+      len < offsetof(tcp_info, tcpi_bytes_retrans) + sizeof ti.tcpi_bytes_retrans)
+    throw std::runtime_error("TCP_INFO without tcpi_bytes_retrans");
+  return ti.tcpi_bytes_retrans;
+}
 
 // N bytes, a 50 ms pause, N more bytes from `sender_in_ns ? ns : host` to the other side.
 Transfer run_transfer(const VethNetns& net, Probe& probe, std::size_t n, bool sender_in_ns) {
@@ -113,9 +128,11 @@ Transfer run_transfer(const VethNetns& net, Probe& probe, std::size_t n, bool se
       t.receiver_port = port;
       if (!send_all(s.fd, n) || !wait_for(received, n, 20s)) throw std::runtime_error("first half");
       std::this_thread::sleep_for(50ms);
+      t.retrans_first = bytes_retrans(s.fd);
       if (!send_all(s.fd, n) || !wait_for(received, 2 * n, 20s)) throw std::runtime_error("second half");
       // Let the last burst go idle, then flush it, all before the FIN.
       std::this_thread::sleep_for(std::chrono::nanoseconds(3 * probe.gap_ns()));
+      t.retrans_total = bytes_retrans(s.fd);
       probe.poll([&](const np_flowlet& f) { t.bursts.push_back(f); });
       probe.flush_idle(monotonic_now_ns(), false, [&](const np_flowlet& f) { t.bursts.push_back(f); });
     } catch (...) {
@@ -161,7 +178,7 @@ TEST_P(ProbeVeth, TwoTransfersSeparatedBy50msGiveTwoExactBursts) {
   const uint32_t ifindex = if_nametoindex(net_->host_if.c_str());
   const uint8_t data_dir = mode == AttachMode::kTc ? NP_DIR_EGRESS : NP_DIR_INGRESS;
   std::vector<np_flowlet> data;
-  uint64_t reverse_payload = 0, reverse_packets = 0;
+  uint64_t reverse_payload = 0, reverse_packets = 0, reverse_bursts = 0;
   for (const auto& f : t.bursts) {
     if (f.key.ifindex != ifindex || f.key.proto != NP_PROTO_TCP) continue;
     if (f.key.sport == t.sender_port && f.key.dport == t.receiver_port) {
@@ -170,18 +187,36 @@ TEST_P(ProbeVeth, TwoTransfersSeparatedBy50msGiveTwoExactBursts) {
     } else if (f.key.sport == t.receiver_port && f.key.dport == t.sender_port) {
       reverse_payload += f.payload_bytes;
       reverse_packets += f.packets;
+      ++reverse_bursts;
       EXPECT_NE(f.key.dir, data_dir);
+      // tc ingress takes the ACKs' times from the namespace's TCP departure times: the same clock.
+      EXPECT_GE(f.first_ns, start);
+      EXPECT_LE(f.first_ns, f.last_ns);
+      EXPECT_LE(f.last_ns, end);
     }
   }
   ASSERT_EQ(data.size(), 2u) << "expected exactly one burst per half of the transfer";
   std::sort(data.begin(), data.end(), [](const auto& a, const auto& b) { return a.first_ns < b.first_ns; });
   EXPECT_EQ(data[0].end_reason, NP_END_GAP);
   EXPECT_EQ(data[1].end_reason, NP_END_IDLE_FLUSH);
-  EXPECT_EQ(data[0].payload_bytes, n);
-  EXPECT_EQ(data[1].payload_bytes, n);
-  EXPECT_EQ(data[0].payload_bytes + data[1].payload_bytes, 2 * n);
+  // Exactly the bytes sent, plus what TCP retransmitted (0 in most runs). On tc egress the probe sees every
+  // transmission, a lost one included (a veth drops after its egress hook): exact. XDP runs after the point
+  // where a veth drops, so it sees each byte at least once and a retransmission only if it was not the
+  // original that got lost.
+  const uint64_t r0 = t.retrans_first, r1 = t.retrans_total - t.retrans_first;
+  if (mode == AttachMode::kTc) {
+    EXPECT_EQ(data[0].payload_bytes, n + r0);
+    EXPECT_EQ(data[1].payload_bytes, n + r1);
+    EXPECT_EQ(data[0].payload_bytes + data[1].payload_bytes, 2 * n + t.retrans_total);
+  } else {
+    EXPECT_GE(data[0].payload_bytes, n);
+    EXPECT_LE(data[0].payload_bytes, n + r0);
+    EXPECT_GE(data[1].payload_bytes, n);
+    EXPECT_LE(data[1].payload_bytes, n + r1);
+  }
+  if (t.retrans_total) std::printf("TCP retransmitted %llu bytes\n", (unsigned long long)t.retrans_total);
   EXPECT_GE(data[1].first_ns - data[0].last_ns, 50'000'000u) << "the pause is between the bursts";
-  // On tc egress the times come from TCP's departure times, elsewhere from the clock: both CLOCK_MONOTONIC.
+  // On tc the times come from TCP's departure times, on XDP from the clock: both CLOCK_MONOTONIC.
   EXPECT_GE(data[0].first_ns, start);
   EXPECT_LE(data[1].last_ns, end);
   EXPECT_TRUE(data[0].tcp_flags & 0x02) << "the first burst holds the SYN";
@@ -190,6 +225,7 @@ TEST_P(ProbeVeth, TwoTransfersSeparatedBy50msGiveTwoExactBursts) {
   EXPECT_EQ(reverse_payload, 0u) << "the receiver only sends ACKs";
   if (mode == AttachMode::kTc) {
     EXPECT_GT(reverse_packets, 0u) << "tc ingress sees the ACKs";
+    EXPECT_GE(reverse_bursts, 2u) << "the ACKs pause with the data";
   }
   char src[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, data[0].key.saddr + 12, src, sizeof src);

@@ -6,11 +6,13 @@
 #include <linux/bpf.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "netprism/flowlet.h"
 #include "netprism/probe_abi.h"
+#include "probe.hpp"
 
 namespace netprism::test {
 
@@ -78,6 +80,37 @@ inline std::vector<std::pair<np_flow_key, np_flow_state>> dump_flows(int flows_f
 
 inline void clear_flows(int flows_fd) {
   for (auto& [k, v] : dump_flows(flows_fd)) bpf_map_delete_elem(flows_fd, &k);
+}
+
+// bpf/burst.h np_key_tag, for flows read from np_front (which keeps the whole key instead of a tag).
+inline uint64_t key_tag(const np_flow_key& k) {
+  uint64_t w[6];
+  static_assert(sizeof w == sizeof k);
+  std::memcpy(w, &k, sizeof w);
+  uint64_t t = w[0];
+  for (int i = 1; i < 6; ++i) t = ((t << 7) | (t >> 57)) ^ w[i];
+  return t | 1;
+}
+
+// Every flow the probe holds, wherever it lives (np_front slot or np_flows entry), as np_flows entries.
+inline std::vector<std::pair<np_flow_key, np_flow_state>> dump_flows(const agent::Probe& probe) {
+  auto out = dump_flows(probe.map_fd("np_flows"));
+  for (const auto& [idx, slot] : agent::read_front_slots(probe.map_fd("np_front"))) {
+    np_flow_state st{};
+    st.lock = slot.lock;
+    st.key_tag = key_tag(slot.key);
+    st.b = slot.b;
+    out.emplace_back(slot.key, st);
+  }
+  return out;
+}
+
+inline void clear_flows(const agent::Probe& probe) {
+  clear_flows(probe.map_fd("np_flows"));
+  int front = probe.map_fd("np_front");
+  np_front_slot empty{};
+  for (const auto& [idx, slot] : agent::read_front_slots(front))
+    bpf_map_update_elem(front, &idx, &empty, BPF_ANY);
 }
 
 }  // namespace netprism::test
