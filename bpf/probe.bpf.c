@@ -111,15 +111,13 @@ static __always_inline int np_tc(struct __sk_buff* skb, __u8 dir) {
   /* Locally sent TCP (and SO_TXTIME) packets carry their departure time in CLOCK_MONOTONIC, the clock of
    * bpf_ktime_get_ns: use it rather than reading the clock (~90 ns of cache misses on a busy host, a third of
    * the probe's cost). It is the earliest time the packet may leave (EDT), so with pacing it is nearer the
-   * wire time than the moment this hook runs. The kernel keeps such a time when a packet crosses into
-   * another namespace (skb_scrub_packet clears only receive times), so on ingress it is present exactly
-   * when the sender is on this host, behind a veth (containers): the sender's departure time, earlier than
-   * this hook by the veth hop (microseconds, three orders below the burst gap). Taking it there matters
-   * most: ingress of a bulk TCP stream is sparse ACKs, the hook runs cold and the clock read measured
-   * ~200 ns of the ~550 an ACK cost. Anything else (no time, a receive time in CLOCK_REALTIME, a NIC's
-   * ingress) reads the clock; last_ns stays monotonic whatever the mix (np_burst_add). */
+   * wire time than the moment this hook runs. Ingress always reads the clock: a packet from a sender on
+   * this host (behind a veth) still carries the sender's departure time, but the receiver's view exists to
+   * tell when data *arrived* (after a shaped link, a queue, a bridge), which only this hook's time says; the
+   * analysis ends DP synchronisations on it. Taking the departure time there saved ~200 ns per cold ACK and
+   * broke exactly that (live timelines merged iterations). */
   __u64 now = 0;
-  if (skb->tstamp_type == BPF_SKB_TSTAMP_DELIVERY_MONO) now = skb->tstamp;
+  if (dir == NP_DIR_EGRESS && skb->tstamp_type == BPF_SKB_TSTAMP_DELIVERY_MONO) now = skb->tstamp;
   np_account(&p, segs, now);
   return 0; /* TC_ACT_OK */
 }

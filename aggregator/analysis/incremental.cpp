@@ -32,25 +32,7 @@ uint64_t data_bytes(const StreamingAnalysis::Event& e) {
   return e.bytes;
 }
 
-uint64_t mix(uint64_t h, uint64_t v) {
-  return (h ^ v) * 0x100000001b3ull + (h >> 29);
-}
-
 }  // namespace
-
-size_t StreamingAnalysis::KeyHash::operator()(const FlowKey& k) const {
-  uint64_t h = 1469598103934665603ull;
-  for (uint64_t v : {uint64_t{k.src}, uint64_t{k.dst}, uint64_t{k.sport}, uint64_t{k.dport}, uint64_t{k.qpn},
-                     uint64_t{k.proto}})
-    h = mix(h, v);
-  return h;
-}
-size_t StreamingAnalysis::KeyHash::operator()(const ConnKey& k) const {
-  uint64_t h = 1469598103934665603ull;
-  for (uint64_t v : {uint64_t{k.a}, uint64_t{k.b}, uint64_t{k.pa}, uint64_t{k.pb}, uint64_t{k.proto}})
-    h = mix(h, v);
-  return h;
-}
 
 StreamingAnalysis::StreamingAnalysis(Limits l) : lim_(l) {}
 

@@ -102,23 +102,6 @@ class StreamingAnalysis {
     uint32_t obs;
     uint64_t t0, t1, bytes;
   };
-  struct FlowKey {
-    uint32_t src, dst;
-    uint16_t sport, dport;
-    uint32_t qpn;
-    uint8_t proto;
-    bool operator==(const FlowKey&) const = default;
-  };
-  struct ConnKey {
-    uint32_t a, b;
-    uint16_t pa, pb;
-    uint8_t proto;
-    bool operator==(const ConnKey&) const = default;
-  };
-  struct KeyHash {
-    size_t operator()(const FlowKey& k) const;
-    size_t operator()(const ConnKey& k) const;
-  };
   struct FlowSt {
     FlowKey key;
     uint32_t chosen;

@@ -11,13 +11,50 @@
 // synchronisation detection to stderr (for looking at a new recording).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "analysis.hpp"
 
 namespace netprism::analysis {
+
+// Flow and connection keys over interned strings (addresses, observers; normalize() and the streaming
+// engine share them): one hash lookup per string per event, then small
+// fixed-size keys, so a fleet's worth of events (millions) normalizes in about a second.
+struct FlowKey {
+  uint32_t src, dst;
+  uint16_t sport, dport;
+  uint32_t qpn;
+  uint8_t proto;
+  bool operator==(const FlowKey&) const = default;
+};
+// Both directions of a connection share one key: endpoints in a fixed order, QPN left out (RoCE names the
+// destination QP, which differs per direction).
+struct ConnKey {
+  uint32_t a, b;
+  uint16_t pa, pb;
+  uint8_t proto;
+  bool operator==(const ConnKey&) const = default;
+};
+struct KeyHash {
+  static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull + (h >> 29); }
+  size_t operator()(const FlowKey& k) const {
+    uint64_t h = 1469598103934665603ull;
+    for (uint64_t v : {uint64_t{k.src}, uint64_t{k.dst}, uint64_t{k.sport}, uint64_t{k.dport},
+                       uint64_t{k.qpn}, uint64_t{k.proto}})
+      h = mix(h, v);
+    return h;
+  }
+  size_t operator()(const ConnKey& k) const {
+    uint64_t h = 1469598103934665603ull;
+    for (uint64_t v : {uint64_t{k.a}, uint64_t{k.b}, uint64_t{k.pa}, uint64_t{k.pb}, uint64_t{k.proto}})
+      h = mix(h, v);
+    return h;
+  }
+};
 
 // One data-carrying transfer (flowlet / CSV row) after node mapping and observer dedupe.
 struct Xfer {

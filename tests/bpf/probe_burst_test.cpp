@@ -205,9 +205,9 @@ TEST_F(ProbeBurst, GsoPacketCountsEverySegment) {
   EXPECT_EQ(flows[0].second.b.bytes, 3000u + 3 * 40);
 }
 
-// Only a CLOCK_MONOTONIC delivery time (a local TCP departure time) may replace the clock; a timestamp
-// of another clock (a receive time in CLOCK_REALTIME) must be ignored. The mono case runs for real in
-// probe_veth_test (the harness cannot set tstamp_type).
+// Only a CLOCK_MONOTONIC delivery time (a local TCP departure time, egress) may replace the clock; a
+// timestamp of another clock (a receive time in CLOCK_REALTIME) must be ignored. The mono case runs for real
+// in probe_veth_test (the harness cannot set tstamp_type).
 TEST_F(ProbeBurst, TimestampsOfAnotherClockAreIgnored) {
   thresholds(10 * kSec, 60 * kSec);
   auto pkt = tcp_pkt(8);

@@ -189,7 +189,7 @@ TEST_P(ProbeVeth, TwoTransfersSeparatedBy50msGiveTwoExactBursts) {
       reverse_packets += f.packets;
       ++reverse_bursts;
       EXPECT_NE(f.key.dir, data_dir);
-      // tc ingress takes the ACKs' times from the namespace's TCP departure times: the same clock.
+      // tc ingress reads the clock for the ACKs (their arrival): CLOCK_MONOTONIC, like the bounds.
       EXPECT_GE(f.first_ns, start);
       EXPECT_LE(f.first_ns, f.last_ns);
       EXPECT_LE(f.last_ns, end);
