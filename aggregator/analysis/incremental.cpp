@@ -7,10 +7,6 @@
 namespace netprism::analysis {
 namespace {
 
-// Same rules as normalize.cpp's data_bytes(): IP-level bytes per packet at or below which a CSV row without
-// payload counts is a pure ACK (IPv4/IPv6 header + TCP header with every option).
-constexpr uint64_t kAckOnlyBytesPerPacketV4 = 80;
-constexpr uint64_t kAckOnlyBytesPerPacketV6 = 100;
 constexpr uint16_t kFin = 0x01, kRst = 0x04;
 
 // A cached structure is re-inferred when the job's connections or nodes change, and otherwise every 10
@@ -25,11 +21,7 @@ constexpr double kStitchTolerance = 0.25;
 constexpr double kEvictTo = 0.9;
 
 uint64_t data_bytes(const StreamingAnalysis::Event& e) {
-  if (e.payload_bytes > 0) return e.payload_bytes;
-  if (e.dir >= 0) return 0;
-  uint64_t hdr = e.v6 ? kAckOnlyBytesPerPacketV6 : kAckOnlyBytesPerPacketV4;
-  if (e.packets > 0 && e.bytes <= e.packets * hdr) return 0;
-  return e.bytes;
+  return analysis::data_bytes(e.payload_bytes, e.dir, e.v6, e.packets, e.bytes);
 }
 
 }  // namespace

@@ -15,21 +15,11 @@
 namespace netprism::analysis {
 namespace {
 
-// IP-level bytes per packet at or below which a CSV row without payload counts carries no payload: the
-// largest header of a pure ACK is 20 (IPv4) or 40 (IPv6) bytes of IP plus 60 of TCP with every option
-// (timestamps, SACK blocks). Anything above carries payload, even a few bytes: small messages matter too
-// (a collective's "ready to receive" notification tells when a member joined).
-constexpr uint64_t kAckOnlyBytesPerPacketV4 = 80;
-constexpr uint64_t kAckOnlyBytesPerPacketV6 = 100;
-
 constexpr uint16_t kFin = 0x01, kRst = 0x04;
 
 uint64_t data_bytes(const FlowEvent& e) {
-  if (e.payload_bytes > 0) return e.payload_bytes;
-  if (e.dir >= 0) return 0;  // an agent flowlet with no payload: pure ACKs / handshakes
-  uint64_t hdr = e.src.find(':') == std::string::npos ? kAckOnlyBytesPerPacketV4 : kAckOnlyBytesPerPacketV6;
-  if (e.packets > 0 && e.bytes <= e.packets * hdr) return 0;
-  return e.bytes;
+  return analysis::data_bytes(e.payload_bytes, e.dir, e.src.find(':') != std::string::npos, e.packets,
+                              e.bytes);
 }
 
 }  // namespace

@@ -56,6 +56,22 @@ struct KeyHash {
   }
 };
 
+// Data bytes of one event: its payload when the observer counted it; for an agent flowlet without payload
+// (dir known) none (pure ACKs / handshakes); for a CSV row without payload counts its IP bytes, unless they
+// fit pure ACKs. The ACK ceiling per packet is the largest header of a pure ACK: 20 (IPv4) or 40 (IPv6) bytes
+// of IP plus 60 of TCP with every option (timestamps, SACK blocks). Anything above carries payload, even a
+// few bytes: small messages matter too (a collective's "ready to receive" notification tells when a member
+// joined). normalize() and the streaming engine share it, so live and offline agree.
+inline uint64_t data_bytes(uint64_t payload_bytes, int8_t dir, bool v6, uint64_t packets, uint64_t bytes) {
+  constexpr uint64_t kAckOnlyBytesPerPacketV4 = 80;
+  constexpr uint64_t kAckOnlyBytesPerPacketV6 = 100;
+  if (payload_bytes > 0) return payload_bytes;
+  if (dir >= 0) return 0;
+  uint64_t hdr = v6 ? kAckOnlyBytesPerPacketV6 : kAckOnlyBytesPerPacketV4;
+  if (packets > 0 && bytes <= packets * hdr) return 0;
+  return bytes;
+}
+
 // One data-carrying transfer (flowlet / CSV row) after node mapping and observer dedupe.
 struct Xfer {
   uint32_t src = 0;   // node index
