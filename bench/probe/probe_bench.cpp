@@ -214,47 +214,65 @@ void attached_section(baseline& base, double seconds, int rounds, const std::str
   }
 }
 
-void throughput_section(double seconds, int rounds) {
-  BpfStats stats_on(true);
-  std::printf("\n== TCP throughput host -> namespace over veth, %.1f s x %d alternating rounds ==\n", seconds,
-              rounds);
+void throughput_section(baseline& base, double seconds, int rounds, bool pin) {
+  // bpf_stats off while throughput is measured, as the agent runs the probe: with stats on, every program
+  // run also pays two clock reads and a per-CPU statistics update, a cost of the measurement, not the probe.
+  // The probe's own CPU time is measured in separate rounds below.
+  BpfStats stats_off(false);
+  std::printf("\n== TCP throughput host -> namespace over veth, %.1f s x %d alternating rounds%s ==\n",
+              seconds, rounds, pin ? ", sender and receiver pinned to CPUs 0 and 1" : "");
   VethNetns net;
-  std::vector<double> without, with;
+  netprism::bench::StreamOptions so;
+  so.pin = pin;
+  std::vector<double> without, with, hooked;
   auto plain = [&] {
-    auto a = netprism::bench::tcp_stream(net, seconds);
+    auto a = netprism::bench::tcp_stream(net, seconds, so);
     without.push_back(8.0 * double(a.bytes) / a.seconds / 1e9);
   };
-  uint64_t probe_ns = 0;
-  double probed_seconds = 0;
+  // The contract's baseline program attached the same way: what the tc hooks cost before the probe does
+  // anything, so the loss can be split between the hook and the probe's own work.
+  int ifindex = static_cast<int>(if_nametoindex(net.host_if.c_str()));
+  int base_fd = bpf_program__fd(base.progs.np_baseline_tc);
+  auto hook_only = [&] {
+    BaselineTc att(ifindex, base_fd);
+    auto a = netprism::bench::tcp_stream(net, seconds, so);
+    hooked.push_back(8.0 * double(a.bytes) / a.seconds / 1e9);
+  };
   // One probe for the whole section, as the agent runs it: loading and freeing a probe (12 MiB of flow table,
   // verification) between rounds would put kernel work from the probe's set-up into the other side's rounds.
   std::string err;
   auto probe = Probe::open(agent_like_options(), err);
   if (!probe) throw std::runtime_error(err);
   int in = probe->program_fd("np_tc_ingress"), eg = probe->program_fd("np_tc_egress");
-  auto probed = [&] {
+  auto probed_stream = [&] {
     std::string aerr;
     if (!probe->attach(net.host_if, AttachMode::kTc, aerr)) throw std::runtime_error(aerr);
-    auto i0 = stats_of(in), e0 = stats_of(eg);
-    auto b = netprism::bench::tcp_stream(net, seconds);
-    auto i1 = stats_of(in), e1 = stats_of(eg);
+    auto b = netprism::bench::tcp_stream(net, seconds, so);
     probe->detach_all();
     probe->flush_idle(netprism::agent::monotonic_now_ns(), true, [](const np_flowlet&) {});
-    probe_ns += (i1.ns - i0.ns) + (e1.ns - e0.ns);
-    probed_seconds += b.seconds;
+    return b;
+  };
+  auto probed = [&] {
+    auto b = probed_stream();
     with.push_back(8.0 * double(b.bytes) / b.seconds / 1e9);
   };
   for (int r = 0; r < rounds; ++r) {
     // ABBA order: a slow drift of the machine's load favours neither side.
-    if (r % 2 == 0) {
-      plain();
-      probed();
-    } else {
-      probed();
-      plain();
-    }
-    std::printf("  round %d: without %.2f Gbit/s, with probe %.2f Gbit/s\n", r + 1, without.back(),
-                with.back());
+    // Rotating order (ABC, BCA, CAB): a slow drift of the machine's load favours no side.
+    for (int k = 0; k < 3; ++k) switch ((r + k) % 3) {
+        case 0:
+          plain();
+          break;
+        case 1:
+          probed();
+          break;
+        default:
+          hook_only();
+          break;
+      }
+    std::printf(
+        "  round %d: without %.2f Gbit/s, with probe %.2f Gbit/s, baseline program only %.2f Gbit/s\n", r + 1,
+        without.back(), with.back(), hooked.back());
   }
   // The ratio of each adjacent pair cancels drift better than the ratio of the two medians; both are printed.
   std::vector<double> pair;
@@ -263,16 +281,37 @@ void throughput_section(double seconds, int rounds) {
       "median without %.2f Gbit/s, with probe %.2f Gbit/s: ratio of medians %.3f, median pairwise ratio "
       "%.3f (target >= 0.97)\n",
       median(without), median(with), median(with) / median(without), median(pair));
+  std::vector<double> hpair, ppair;
+  for (std::size_t i = 0; i < with.size(); ++i) {
+    hpair.push_back(hooked[i] / without[i]);
+    ppair.push_back(with[i] / hooked[i]);
+  }
+  std::printf(
+      "baseline program attached instead: median %.2f Gbit/s, median pairwise ratio to without %.3f; probe "
+      "vs baseline program %.3f\n",
+      median(hooked), median(hpair), median(ppair));
   // The same question answered without the noise of a shared machine: the CPU time the probe itself used
-  // (kernel bpf_stats) per second of stream. The stream is CPU-bound, so the throughput it can cost is at
-  // most this share of the CPUs doing the work.
+  // (kernel bpf_stats, in rounds of their own) per second of stream. The stream is CPU-bound, so the
+  // throughput it can cost is at most this share of the CPUs doing the work.
+  uint64_t probe_ns = 0;
+  double probed_seconds = 0;
+  {
+    BpfStats stats_on(true);
+    for (int r = 0; r < std::max(1, rounds / 4); ++r) {
+      auto i0 = stats_of(in), e0 = stats_of(eg);
+      auto b = probed_stream();
+      auto i1 = stats_of(in), e1 = stats_of(eg);
+      probe_ns += (i1.ns - i0.ns) + (e1.ns - e0.ns);
+      probed_seconds += b.seconds;
+    }
+  }
   double share = double(probe_ns) / 1e9 / probed_seconds;
   auto c = probe->counters();
   std::printf("probe invocations %llu, headers pulled into the linear area %llu\n",
               (unsigned long long)c[NP_CNT_PACKETS], (unsigned long long)c[NP_CNT_PULLED]);
   std::printf(
-      "probe CPU time: %.2f ms per second of stream = %.2f %% of one CPU (throughput ratio >= %.3f "
-      "if the stream were bound by one CPU)\n",
+      "probe CPU time (bpf_stats rounds): %.2f ms per second of stream = %.2f %% of one CPU (throughput "
+      "ratio >= %.3f if the stream were bound by one CPU)\n",
       1e3 * share, 100.0 * share, 1.0 - share);
 }
 
@@ -284,6 +323,7 @@ int main(int argc, char** argv) {
   int rounds = 5;
   std::string sections = "run,attached,throughput";
   std::string streams = "tcp,roce";
+  bool pin = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--repeat")
@@ -296,10 +336,12 @@ int main(int argc, char** argv) {
       sections = argv[i + 1];
     else if (k == "--streams")
       streams = argv[i + 1];
+    else if (k == "--pin")
+      pin = std::atoi(argv[i + 1]) != 0;
     else {
       std::fprintf(stderr,
                    "usage: probe_bench [--repeat N] [--seconds S] [--rounds R] [--sections "
-                   "run,attached,throughput] [--streams tcp,roce]\n");
+                   "run,attached,throughput] [--streams tcp,roce] [--pin 0|1]\n");
       return 2;
     }
   }
@@ -320,7 +362,7 @@ int main(int argc, char** argv) {
     if (want("run")) prog_test_run_section(*probe, *base, repeat, rounds);
     probe.reset();
     if (want("attached")) attached_section(*base, seconds, rounds, streams);
-    if (want("throughput")) throughput_section(seconds, rounds);
+    if (want("throughput")) throughput_section(*base, seconds, rounds, pin);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "probe_bench: %s\n", e.what());
     return 1;

@@ -1,6 +1,8 @@
 #include "streams.hpp"
 
 #include <arpa/inet.h>
+#include <pthread.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -27,12 +29,36 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-StreamResult tcp_stream(const test::VethNetns& net, double seconds) {
+namespace {
+
+// Pins the calling thread to one CPU for its lifetime, then gives it back the CPUs it had.
+struct PinTo {
+  cpu_set_t old{};
+  bool active = false;
+  PinTo(bool want, int cpu) {
+    if (!want || std::thread::hardware_concurrency() < 2) return;
+    if (pthread_getaffinity_np(pthread_self(), sizeof old, &old) != 0) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    active = pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
+  }
+  ~PinTo() {
+    if (active) pthread_setaffinity_np(pthread_self(), sizeof old, &old);
+  }
+  PinTo(const PinTo&) = delete;
+  PinTo& operator=(const PinTo&) = delete;
+};
+
+}  // namespace
+
+StreamResult tcp_stream(const test::VethNetns& net, double seconds, const StreamOptions& opt) {
   std::atomic<uint16_t> port{0};
   std::atomic<uint64_t> got{0};
   std::atomic<bool> failed{false};
   std::thread rx([&] {
     try {
+      PinTo pin(opt.pin, 1);
       net.enter();
       Sock ls(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
       auto a = addr_of(net.ns_ip, 0);
@@ -54,6 +80,7 @@ StreamResult tcp_stream(const test::VethNetns& net, double seconds) {
   while (port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   StreamResult res;
   if (!failed) {
+    PinTo pin(opt.pin, 0);
     Sock s(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     auto a = addr_of(net.ns_ip, port);
     if (connect(s.fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {

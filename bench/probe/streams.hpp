@@ -14,7 +14,15 @@ struct StreamResult {
   double seconds = 0;
 };
 
-StreamResult tcp_stream(const test::VethNetns& net, double seconds);
+struct StreamOptions {
+  // Sender on CPU 0, receiver on CPU 1 (when the machine has two): with both threads free to migrate, the
+  // scheduler's placement decides a round's throughput more than anything under test (+-8 % between
+  // rounds here). The veth hand-off runs the receive stack in the sender's softirq, so each CPU carries
+  // one side, as netperf -T would place them.
+  bool pin = false;
+};
+
+StreamResult tcp_stream(const test::VethNetns& net, double seconds, const StreamOptions& opt = {});
 StreamResult roce_stream(const test::VethNetns& net, double seconds);
 
 }  // namespace netprism::bench
