@@ -412,8 +412,10 @@ std::optional<Batch> decode_stored(std::string_view bytes, std::string& err) {
   return std::nullopt;
 }
 
-bool compress_stored(const Batch& b, int level, std::string& out, std::string& scratch) {
+bool compress_stored(const Batch& b, int level, std::string& out, std::string& scratch,
+                     std::string* encoded) {
   const std::size_t n = encode_into(b, scratch);
+  if (encoded) encoded->assign(scratch.data(), n);
   return zstd_compress_into(std::string_view(scratch.data(), n), level, out);
 }
 

@@ -43,7 +43,10 @@ void encode_stored(const Batch& b, std::string& out);
 // Decodes what encode_stored() produced, or a wire message (older rows). nullopt and a reason if corrupt.
 std::optional<Batch> decode_stored(std::string_view bytes, std::string& err);
 
-// encode_stored() + zstd at `level` into out (scratch holds the uncompressed encoding). false on failure.
-bool compress_stored(const Batch& b, int level, std::string& out, std::string& scratch);
+// encode_stored() + zstd at `level` into out (scratch holds the uncompressed encoding, with slack: its
+// capacity is reused). When `encoded` is given it also receives the uncompressed encoding, exactly sized
+// (the daemon hands it to the live analysis: a quarter of the decoded flowlets' memory). false on failure.
+bool compress_stored(const Batch& b, int level, std::string& out, std::string& scratch,
+                     std::string* encoded = nullptr);
 
 }  // namespace netprism::store
