@@ -13,6 +13,8 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <string>
+#include <tuple>
 
 #include "stages.hpp"
 
@@ -74,6 +76,9 @@ constexpr double kGapOutlierSigmas = 3.0;
 // ... and at least 1 % of the step apart: the duration error allowed per iteration is of that order, so a
 // smaller disagreement is not worth trading one estimate for the other.
 constexpr double kGapOutlierMinShare = 0.01;
+// A transfer record carries one activation when it is at most 1.5 x the typical activation (messages of
+// one pipeline edge have one size; two merged ones are 2x).
+constexpr double kOneMessage = 1.5;
 
 // Otsu split of log-gaps; returns the threshold (ns) above which a gap separates iterations.
 double inter_gap_threshold(std::vector<double> gaps) {
@@ -227,25 +232,34 @@ std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
   auto best = std::max_element(vol.begin(), vol.end(), [](auto& a, auto& b) { return a.second < b.second; });
   auto [u, v] = best->first;
   std::vector<double> a_sizes;
-  std::vector<std::pair<uint64_t, double>> ev;  // (time, +bytes activation / -bytes gradient)
+  // (time, +bytes activation / -bytes gradient, the transfer's end)
+  std::vector<std::tuple<uint64_t, double, uint64_t>> ev;
   for (const Xfer& x : job.xfers) {
     if (x.src == u && x.dst == v) {
-      ev.emplace_back(x.t0, static_cast<double>(x.bytes));
+      ev.emplace_back(x.t0, static_cast<double>(x.bytes), x.t1);
       a_sizes.push_back(static_cast<double>(x.bytes));
     }
-    if (x.src == v && x.dst == u) ev.emplace_back(x.t1, -static_cast<double>(x.bytes));
+    if (x.src == v && x.dst == u) ev.emplace_back(x.t1, -static_cast<double>(x.bytes), x.t1);
   }
   std::sort(ev.begin(), ev.end());
   // Half of a typical activation transfer: below it the pipeline holds no micro-batch.
-  double eps = 0.5 * typical_size(a_sizes);
+  double typical = typical_size(a_sizes), eps = 0.5 * typical;
   std::vector<uint64_t> drains, starts;  // starts[k]: first activation after drains[k] (0: none yet)
   double out = 0;
   bool drained = true;
-  for (auto [t, b] : ev) {
+  for (auto [t, b, t_end] : ev) {
     // Messages far below an activation (barriers, notifications) neither open nor close an iteration.
     if (std::fabs(b) < eps) continue;
     if (b > 0) {
-      if (drained && !drains.empty() && starts.size() < drains.size()) starts.push_back(t);
+      // The first activation's time is when its transfer ended: a transfer record (flowlet) starts with
+      // whatever packet of that direction came shortly before the data, and a pure ACK often does (the
+      // delayed ACK of the second stage's "ready to receive" notification, sent ~40 ms after it, lands a
+      // few ms before the first forward pass ends: up to 3.6 ms early with the agents' 4 ms flowlet gap,
+      // measured on the live testbed), whereas nothing of the first stage follows it until its next forward
+      // pass ends. A record that holds more than one activation (micro-batches quicker than the flowlet
+      // gap) ends with a later micro-batch: its start is used then.
+      uint64_t at = b <= kOneMessage * typical ? t_end : t;
+      if (drained && !drains.empty() && starts.size() < drains.size()) starts.push_back(at);
       drained = false;
       out += b;
     } else if (!drained) {
@@ -316,8 +330,21 @@ std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
 // sent upstream (the first stage: the drain). Iterations are delimited by a reference (the first stage's
 // synchronisation or drain) and each stage's end is attached to the nearest reference within
 // (-0.6, +0.4] of a step: stages finish before the first one, a faulty one may finish a little after it.
-Timeline build_timeline(const Normalized&, const JobSlice& job, const Structure& s) {
+Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structure& s) {
   Timeline t;
+  if (const char* dump = std::getenv("NP_ANALYSIS_DUMP"); dump && !job.nodes.empty()) {
+    std::string path = std::string(dump) + "." + n.nodes[job.nodes[0]] + ".csv";
+    if (FILE* f = std::fopen(path.c_str(), "w")) {
+      std::fprintf(f, "kind,src,dst,src_stage,dst_stage,t0,t1,bytes\n");
+      for (const auto* list : {&job.xfers, &job.arrivals})
+        for (const Xfer& x : *list)
+          std::fprintf(f, "%c,%s,%s,%d,%d,%llu,%llu,%llu\n", list == &job.xfers ? 'x' : 'a',
+                       n.nodes[x.src].c_str(), n.nodes[x.dst].c_str(), s.stage_of[x.src], s.stage_of[x.dst],
+                       static_cast<unsigned long long>(x.t0), static_cast<unsigned long long>(x.t1),
+                       static_cast<unsigned long long>(x.bytes));
+      std::fclose(f);
+    }
+  }
   int ref = -1;
   for (size_t g = 0; g < s.dp_groups.size(); ++g)
     if (ref < 0 || s.stage_of[s.dp_groups[g][0]] < s.stage_of[s.dp_groups[static_cast<size_t>(ref)][0]] ||
