@@ -232,14 +232,20 @@ std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
   auto best = std::max_element(vol.begin(), vol.end(), [](auto& a, auto& b) { return a.second < b.second; });
   auto [u, v] = best->first;
   std::vector<double> a_sizes;
-  // (time, +bytes activation / -bytes gradient, the transfer's end)
-  std::vector<std::tuple<uint64_t, double, uint64_t>> ev;
+  struct Ev {
+    uint64_t t;     // activations: start; gradients: end (causal order)
+    double b;       // +bytes activation, -bytes gradient
+    uint64_t t1;    // the transfer's end
+    uint32_t conn;  // connection (one per rank pair: several with tensor parallelism)
+    bool operator<(const Ev& o) const { return std::tie(t, b, t1, conn) < std::tie(o.t, o.b, o.t1, o.conn); }
+  };
+  std::vector<Ev> ev;
   for (const Xfer& x : job.xfers) {
     if (x.src == u && x.dst == v) {
-      ev.emplace_back(x.t0, static_cast<double>(x.bytes), x.t1);
+      ev.push_back({x.t0, static_cast<double>(x.bytes), x.t1, x.conn});
       a_sizes.push_back(static_cast<double>(x.bytes));
     }
-    if (x.src == v && x.dst == u) ev.emplace_back(x.t1, -static_cast<double>(x.bytes), x.t1);
+    if (x.src == v && x.dst == u) ev.push_back({x.t1, -static_cast<double>(x.bytes), x.t1, x.conn});
   }
   std::sort(ev.begin(), ev.end());
   // Half of a typical activation transfer: below it the pipeline holds no micro-batch.
@@ -247,10 +253,15 @@ std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
   std::vector<uint64_t> drains, starts;  // starts[k]: first activation after drains[k] (0: none yet)
   double out = 0;
   bool drained = true;
-  for (auto [t, b, t_end] : ev) {
+  // Connections whose first activation after the last drain was seen; open while only activations have
+  // followed the drain (the first micro-batch leaves every rank of the first stage before any gradient
+  // comes back).
+  std::set<uint32_t> first_seen;
+  bool first_open = false;
+  for (const Ev& e : ev) {
     // Messages far below an activation (barriers, notifications) neither open nor close an iteration.
-    if (std::fabs(b) < eps) continue;
-    if (b > 0) {
+    if (std::fabs(e.b) < eps) continue;
+    if (e.b > 0) {
       // The first activation's time is when its transfer ended: a transfer record (flowlet) starts with
       // whatever packet of that direction came shortly before the data, and a pure ACK often does (the
       // delayed ACK of the second stage's "ready to receive" notification, sent ~40 ms after it, lands a
@@ -258,16 +269,28 @@ std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
       // measured on the live testbed), whereas nothing of the first stage follows it until its next forward
       // pass ends. A record that holds more than one activation (micro-batches quicker than the flowlet
       // gap) ends with a later micro-batch: its start is used then.
-      uint64_t at = b <= kOneMessage * typical ? t_end : t;
-      if (drained && !drains.empty() && starts.size() < drains.size()) starts.push_back(at);
+      uint64_t at = e.b <= kOneMessage * typical ? e.t1 : e.t;
+      if (drained && !drains.empty() && starts.size() < drains.size()) {
+        starts.push_back(at);
+        first_seen = {e.conn};
+        first_open = true;
+      } else if (first_open && first_seen.insert(e.conn).second) {
+        // With tensor parallelism every rank of the first stage sends its own first activation, each when
+        // that rank is done with its optimizer step and first forward pass; the ranks leave the previous
+        // iteration at different times (ms apart), and the iteration is over when the last one does, so
+        // the latest of the ranks' first activations is the one that follows the boundary.
+        starts.back() = std::max(starts.back(), at);
+      }
       drained = false;
-      out += b;
-    } else if (!drained) {
-      out = std::max(0.0, out + b);
+      out += e.b;
+    } else {
+      first_open = false;
+      if (drained) continue;
+      out = std::max(0.0, out + e.b);
       if (out <= eps) {
         out = 0;
         drained = true;
-        drains.push_back(t);
+        drains.push_back(e.t);
       }
     }
   }
