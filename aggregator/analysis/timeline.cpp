@@ -76,6 +76,17 @@ constexpr double kGapOutlierSigmas = 3.0;
 // ... and at least 1 % of the step apart: the duration error allowed per iteration is of that order, so a
 // smaller disagreement is not worth trading one estimate for the other.
 constexpr double kGapOutlierMinShare = 0.01;
+// A gap outlier is put on the first activation alone (the boundary then follows the drain) only when the
+// starts moved at least 4x as far from their neighbours' midpoint as the drains did. When the first
+// activation moved alone (the iterations after it kept their pace), the drains stay on their line and their
+// displacement is step-to-step jitter, a fraction of the outlier that triggered the check (>= 3 sigma). A
+// disturbance of the first stage's compute (its last backward pass before the boundary, or its optimizer
+// step and first forward pass after it) delays everything that follows, so both series move by about half
+// of it, and the network cannot tell on which side of the boundary it happened: the start stays then (the
+// backward pass, twice a forward pass, is the larger share of that stretch). Measured: a heavily loaded
+// testbed run (3 CPU burners beside the ranks) whose last backward pass overran by 17 ms: ratio 3.7; the
+// two_jobs sample's first activation that came 7 ms late on its own: ratio 26.
+constexpr double kDisplacedRatio = 4.0;
 // A transfer record carries one activation when it is at most 1.5 x the typical activation (messages of
 // one pipeline edge have one size; two merged ones are 2x).
 constexpr double kOneMessage = 1.5;
@@ -326,9 +337,7 @@ std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
   double tol = std::max(kGapOutlierSigmas * sigma, kGapOutlierMinShare * median(spacing));
   std::vector<uint64_t> out_b;
   // Which side moved: the anchor displaced from the midpoint of its own previous and next occurrence is the
-  // disturbed one (steps change smoothly from one iteration to the next; a one-off disturbance displaces
-  // one point of one series). When the drain moved (the first stage was still busy when the last gradient
-  // arrived, so the boundary did not follow it), the start stays.
+  // disturbed one (steps change smoothly from one iteration to the next); see kDisplacedRatio.
   auto displaced = [](const std::vector<uint64_t>& v, size_t k) {
     return std::fabs(static_cast<double>(v[k]) -
                      (static_cast<double>(v[k - 1]) + static_cast<double>(v[k + 1])) / 2);
@@ -337,7 +346,7 @@ std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
     if (k >= starts.size())
       out_b.push_back(drains[k] + static_cast<uint64_t>(d));
     else if (std::fabs(dev[k]) > tol && delay.size() > 2 * kGapNeighbours && k > 0 && k + 1 < starts.size() &&
-             displaced(starts, k) > displaced(drains, k))
+             displaced(starts, k) > kDisplacedRatio * displaced(drains, k))
       out_b.push_back(drains[k] + static_cast<uint64_t>(local[k]));
     else
       out_b.push_back(starts[k]);
