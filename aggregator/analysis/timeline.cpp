@@ -87,6 +87,10 @@ constexpr double kGapOutlierMinShare = 0.01;
 // testbed run (3 CPU burners beside the ranks) whose last backward pass overran by 17 ms: ratio 3.7; the
 // two_jobs sample's first activation that came 7 ms late on its own: ratio 26.
 constexpr double kDisplacedRatio = 4.0;
+// The last iteration of a pipeline without DP ends at its drain plus the median of the last 12 drain-to-start
+// gaps: the daemon re-analyses a tail of at least 16 iterations (incremental.hpp, kTailIterations), so it
+// sees the same 12 as an analysis of the whole run.
+constexpr size_t kLastDelays = 12;
 // A transfer record carries one activation when it is at most 1.5 x the typical activation (messages of
 // one pipeline edge have one size; two merged ones are 2x).
 constexpr double kOneMessage = 1.5;
@@ -233,7 +237,11 @@ namespace {
 // brings the first stage's outstanding activation volume back to zero (every micro-batch of the iteration has
 // come back). Activations count when they start, gradients when they end (causal order); the balance restarts
 // from zero at every drain, so a lost or repeated packet cannot drift it beyond one iteration.
-std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
+struct PipelineBoundaries {
+  std::vector<uint64_t> boundaries;
+  std::vector<uint64_t> drains;  // per boundary: the drain before it (its iteration's data begins after it)
+};
+PipelineBoundaries pipeline_drains(const JobSlice& job, const Structure& s) {
   if (s.stages.size() < 2) return {};
   // The busiest first-stage -> second-stage edge.
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> vol;
@@ -318,6 +326,28 @@ std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
   // start-based boundary would carry the whole disturbance; the boundary is then taken from the drain plus
   // the neighbours' typical gap, which only carries the usual backward-pass jitter when the disturbance came
   // after the boundary (its forward pass) -- and no more than the start-based one would when it came before.
+  // A drain is the end of an iteration only when the first stage then goes quiet on this edge for its last
+  // backward pass, optimizer step and first forward pass. In 1F1B with few activations in flight (two
+  // stages), the last outstanding gradient can come back just before the next activation leaves, when the
+  // frameworks' sends cross (a batched send-activation/receive-gradient): a zero of the balance that the
+  // next activation follows at once. The gaps after true drains are a class of their own, tens of ms and
+  // above, against transfer times for those crossings: split as the gaps of a synchronisation are
+  // (inter_gap_threshold: two classes apart by 8x or more), and the crossings dropped with their "start".
+  {
+    std::vector<double> gaps;
+    for (size_t k = 0; k < starts.size(); ++k) gaps.push_back(static_cast<double>(starts[k] - drains[k]));
+    double thr = inter_gap_threshold(gaps);
+    if (thr > 0) {
+      std::vector<uint64_t> kept_d, kept_s;
+      for (size_t k = 0; k < drains.size(); ++k) {
+        if (k < starts.size() && gaps[k] <= thr) continue;
+        kept_d.push_back(drains[k]);
+        if (k < starts.size()) kept_s.push_back(starts[k]);
+      }
+      drains = std::move(kept_d);
+      starts = std::move(kept_s);
+    }
+  }
   std::vector<double> delay;
   for (size_t k = 0; k < starts.size(); ++k) delay.push_back(static_cast<double>(starts[k] - drains[k]));
   double d = median(delay);
@@ -342,16 +372,20 @@ std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
     return std::fabs(static_cast<double>(v[k]) -
                      (static_cast<double>(v[k - 1]) + static_cast<double>(v[k + 1])) / 2);
   };
+  // The last iteration's delay: the median of the last kLastDelays gaps rather than of all, so that the
+  // daemon's analysis of its recent tail gives the same end as the analysis of the whole run.
+  double d_last = median(
+      std::vector<double>(delay.end() - static_cast<long>(std::min(delay.size(), kLastDelays)), delay.end()));
   for (size_t k = 0; k < drains.size(); ++k) {
     if (k >= starts.size())
-      out_b.push_back(drains[k] + static_cast<uint64_t>(d));
+      out_b.push_back(drains[k] + static_cast<uint64_t>(d_last));
     else if (std::fabs(dev[k]) > tol && delay.size() > 2 * kGapNeighbours && k > 0 && k + 1 < starts.size() &&
              displaced(starts, k) > kDisplacedRatio * displaced(drains, k))
       out_b.push_back(drains[k] + static_cast<uint64_t>(local[k]));
     else
       out_b.push_back(starts[k]);
   }
-  return out_b;
+  return {std::move(out_b), std::move(drains)};
 }
 
 }  // namespace
@@ -383,7 +417,14 @@ Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structur
         (s.stage_of[s.dp_groups[g][0]] == s.stage_of[s.dp_groups[static_cast<size_t>(ref)][0]] &&
          s.dp_groups[g].size() > s.dp_groups[static_cast<size_t>(ref)].size()))
       ref = static_cast<int>(g);
-  std::vector<uint64_t> refb = ref >= 0 ? sync_ends(job, s, ref) : pipeline_drains(job, s);
+  std::vector<uint64_t> refb, ref_from;  // ref_from: pipelines without DP, where each iteration's data begins
+  if (ref >= 0) {
+    refb = sync_ends(job, s, ref);
+  } else {
+    PipelineBoundaries pb = pipeline_drains(job, s);
+    refb = std::move(pb.boundaries);
+    ref_from = std::move(pb.drains);
+  }
   std::vector<double> rd;
   for (size_t i = 0; i + 1 < refb.size(); ++i) rd.push_back(static_cast<double>(refb[i + 1] - refb[i]));
   // A synchronisation stretched by a slow link can split into several complete episodes: spacings then
@@ -531,6 +572,7 @@ Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structur
     }
     if (!t.boundaries.empty() && b <= t.boundaries.back()) continue;
     t.boundaries.push_back(b);
+    t.data_from.push_back(ref >= 0 ? b : ref_from[k]);
     slot_of.push_back(k);
   }
 
@@ -544,6 +586,7 @@ Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structur
   while (t.boundaries.size() >= 3 &&
          static_cast<double>(t.boundaries[1] - t.boundaries[0]) < kShortLeadingIteration * med) {
     t.boundaries.erase(t.boundaries.begin());
+    t.data_from.erase(t.data_from.begin());
     slot_of.erase(slot_of.begin());
   }
   t.step_ns = median(durations());

@@ -57,8 +57,9 @@ TEST_P(AnalysisTimeline, EveryIterationWithAccurateDuration) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AnalysisTimeline,
                          ::testing::Values(std::make_tuple(4, 1, false), std::make_tuple(1, 4, false),
-                                           std::make_tuple(1, 4, true), std::make_tuple(2, 2, false),
-                                           std::make_tuple(2, 2, true), std::make_tuple(2, 3, false)));
+                                           std::make_tuple(1, 4, true), std::make_tuple(1, 2, false),
+                                           std::make_tuple(2, 2, false), std::make_tuple(2, 2, true),
+                                           std::make_tuple(2, 3, false)));
 
 TEST(AnalysisTimeline, PhasesPerNodeInsideTheIteration) {
   synth::Spec s;
