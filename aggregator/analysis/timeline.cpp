@@ -5,8 +5,9 @@
 // as a cluster of DP transfers in which every DP direction of the group is active (every all-reduce
 // algorithm ends with a step that uses all its links; a member that is early alone only covers its own
 // link), followed by the long quiet gap of the next forward/backward pass.
-// Without data parallelism the boundary is the start of the first activation the first stage sends after
-// all the previous iteration's micro-batches returned (outstanding activation volume back to zero).
+// Without data parallelism the boundary is the first activation the first stage sends after all the
+// previous iteration's micro-batches returned (outstanding activation volume back to zero): the end of its
+// transfer, and with several ranks per stage (tensor parallelism) the latest rank's (see pipeline_drains).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
