@@ -278,6 +278,9 @@ PipelineBoundaries pipeline_drains(const JobSlice& job, const Structure& s) {
   // comes back).
   std::set<uint32_t> first_seen;
   bool first_open = false;
+  // Activation volume sent since the previous drain, per drain.
+  std::vector<double> seg_vol;
+  double seg = 0;
   for (const Ev& e : ev) {
     // Messages far below an activation (barriers, notifications) neither open nor close an iteration.
     if (std::fabs(e.b) < eps) continue;
@@ -303,6 +306,7 @@ PipelineBoundaries pipeline_drains(const JobSlice& job, const Structure& s) {
       }
       drained = false;
       out += e.b;
+      seg += e.b;
     } else {
       first_open = false;
       if (drained) continue;
@@ -311,6 +315,8 @@ PipelineBoundaries pipeline_drains(const JobSlice& job, const Structure& s) {
         out = 0;
         drained = true;
         drains.push_back(e.t);
+        seg_vol.push_back(seg);
+        seg = 0;
       }
     }
   }
@@ -327,21 +333,26 @@ PipelineBoundaries pipeline_drains(const JobSlice& job, const Structure& s) {
   // start-based boundary would carry the whole disturbance; the boundary is then taken from the drain plus
   // the neighbours' typical gap, which only carries the usual backward-pass jitter when the disturbance came
   // after the boundary (its forward pass) -- and no more than the start-based one would when it came before.
-  // A drain is the end of an iteration only when the first stage then goes quiet on this edge for its last
-  // backward pass, optimizer step and first forward pass. In 1F1B with few activations in flight (two
-  // stages), the last outstanding gradient can come back just before the next activation leaves, when the
-  // frameworks' sends cross (a batched send-activation/receive-gradient): a zero of the balance that the
-  // next activation follows at once. The gaps after true drains are a class of their own, tens of ms and
-  // above, against transfer times for those crossings: split as the gaps of a synchronisation are
-  // (inter_gap_threshold: two classes apart by 8x or more), and the crossings dropped with their "start".
-  {
-    std::vector<double> gaps;
-    for (size_t k = 0; k < starts.size(); ++k) gaps.push_back(static_cast<double>(starts[k] - drains[k]));
-    double thr = inter_gap_threshold(gaps);
-    if (thr > 0) {
+  // A drain ends an iteration only when the first stage then goes quiet on this edge for its last backward
+  // pass, optimizer step and first forward pass. In 1F1B with few activations in flight (two stages: one
+  // after the warm-up), the outstanding gradient can come back just before the next activation leaves (the
+  // frameworks' send and receive cross, e.g. a batched send-activation/receive-gradient): the balance
+  // touches zero in the middle of an iteration, and the next activation follows at once. Every iteration
+  // sends the same activation volume (its micro-batches, from every rank of the first stage), so a drain
+  // after which the largest volume between two drains went out (less half an activation) is surely an
+  // iteration's end; the median of those drains' gaps to the next activation is the quiet of a true drain,
+  // and a drain followed by an activation within an eighth of it (kGapClassRatio, as for synchronisation
+  // gaps) is a crossing, dropped with that activation. A long gap (a pause) leaves the median alone.
+  if (!seg_vol.empty()) {
+    double whole = *std::max_element(seg_vol.begin(), seg_vol.end()) - eps;
+    std::vector<double> sure;
+    for (size_t k = 0; k < starts.size(); ++k)
+      if (seg_vol[k] >= whole) sure.push_back(static_cast<double>(starts[k] - drains[k]));
+    if (!sure.empty()) {
+      double quiet = median(sure) / kGapClassRatio;
       std::vector<uint64_t> kept_d, kept_s;
       for (size_t k = 0; k < drains.size(); ++k) {
-        if (k < starts.size() && gaps[k] <= thr) continue;
+        if (k < starts.size() && static_cast<double>(starts[k] - drains[k]) < quiet) continue;
         kept_d.push_back(drains[k]);
         if (k < starts.size()) kept_s.push_back(starts[k]);
       }
