@@ -20,6 +20,15 @@ constexpr double kStitchTolerance = 0.25;
 // does not pay an eviction scan every pass.
 constexpr double kEvictTo = 0.9;
 
+// Hashes for the flat indexes: the key's fields packed into words (ids are 32-bit, ports 16).
+uint64_t hash_of(const FlowKey& k) {
+  return hash_words(uint64_t{k.src} | uint64_t{k.dst} << 32,
+                    uint64_t{k.sport} | uint64_t{k.dport} << 16 | uint64_t{k.qpn} << 32, k.proto);
+}
+uint64_t hash_of(const ConnKey& k) {
+  return hash_words(uint64_t{k.a} | uint64_t{k.b} << 32, uint64_t{k.pa} | uint64_t{k.pb} << 16, k.proto);
+}
+
 uint64_t data_bytes(const StreamingAnalysis::Event& e) {
   return analysis::data_bytes(e.payload_bytes, e.dir, e.v6, e.packets, e.bytes);
 }
@@ -97,22 +106,22 @@ void StreamingAnalysis::add(const Event& e) {
   // Nodes are numbered by first appearance as a sender, as normalize() does.
   uint32_t sender_node = node_of_addr(e.src);
   FlowKey k{e.src, e.dst, e.src_port, e.dst_port, e.qpn, e.proto};
-  auto fit = flow_idx_.find(k);
-  uint32_t f;
-  if (fit == flow_idx_.end()) {
+  const uint64_t fh = hash_of(k);
+  uint32_t f = flow_idx_.find(fh, [&](uint32_t i) { return flows_[i].key == k; });
+  if (f == FlatIndex::npos) {
     const std::string &sa = strs_[e.src], &da = strs_[e.dst];
     bool fwd = !(std::tie(da, e.dst_port) < std::tie(sa, e.src_port));
     ConnKey ck = fwd ? ConnKey{e.src, e.dst, e.src_port, e.dst_port, e.proto}
                      : ConnKey{e.dst, e.src, e.dst_port, e.src_port, e.proto};
-    auto cit = conn_idx_.find(ck);
-    uint32_t c;
-    if (cit == conn_idx_.end()) {
+    const uint64_t ch = hash_of(ck);
+    uint32_t c = conn_idx_.find(ch, [&](uint32_t i) { return conns_[i].key == ck; });
+    if (c == FlatIndex::npos) {
       if (conns_.size() >= lim_.max_conns) {  // hard bound: counted, reported in `netprism status`
         ++stats_.dropped_events;
         return;
       }
       c = static_cast<uint32_t>(conns_.size());
-      conn_idx_.emplace(ck, c);
+      conn_idx_.insert(ch, c);
       ConnSt cs;
       cs.key = ck;
       cs.uid = next_uid_++;
@@ -120,11 +129,9 @@ void StreamingAnalysis::add(const Event& e) {
                   d_end = da + ":" + std::to_string(e.dst_port);
       cs.label = fwd ? s_end + "<->" + d_end : d_end + "<->" + s_end;
       conns_.push_back(std::move(cs));
-    } else {
-      c = cit->second;
     }
     f = static_cast<uint32_t>(flows_.size());
-    flow_idx_.emplace(k, f);
+    flow_idx_.insert(fh, f);
     FlowSt fs;
     fs.key = k;
     fs.chosen = e.observer;
@@ -132,8 +139,6 @@ void StreamingAnalysis::add(const Event& e) {
     fs.fwd = fwd;
     flows_.push_back(std::move(fs));
     conns_[c].flows.push_back(f);
-  } else {
-    f = fit->second;
   }
   FlowSt& fl = flows_[f];
   // Observer choice of normalize(): the sender's own view when it exists, else the smallest name.
@@ -225,10 +230,12 @@ void StreamingAnalysis::compact() {
     for (auto& [id, h] : hist_) h.has_structure = false;
   }
   flow_idx_.clear();
-  for (uint32_t f = 0; f < flows_.size(); ++f) flow_idx_.emplace(flows_[f].key, f);
+  flow_idx_.reserve(flows_.size());
+  for (uint32_t f = 0; f < flows_.size(); ++f) flow_idx_.insert(hash_of(flows_[f].key), f);
   conn_idx_.clear();
+  conn_idx_.reserve(conns_.size());
   for (uint32_t c = 0; c < conns_.size(); ++c) {
-    conn_idx_.emplace(conns_[c].key, c);
+    conn_idx_.insert(hash_of(conns_[c].key), c);
     conns_[c].flows.clear();
   }
   for (uint32_t f = 0; f < flows_.size(); ++f) conns_[flows_[f].conn].flows.push_back(f);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "analysis.hpp"
+#include "flat_index.hpp"
 #include "stages.hpp"
 
 namespace netprism::analysis {
@@ -164,8 +165,9 @@ class StreamingAnalysis {
   std::vector<uint32_t> addr_name_sid_;  // string id of an address -> string id of its node's name
   std::unordered_map<std::string, uint32_t> node_idx_;
   std::vector<std::string> nodes_;
-  std::unordered_map<FlowKey, uint32_t, KeyHash> flow_idx_;
-  std::unordered_map<ConnKey, uint32_t, KeyHash> conn_idx_;
+  // key -> index into flows_ / conns_ (flat_index.hpp: one lookup per event, the hot path under load)
+  FlatIndex flow_idx_;
+  FlatIndex conn_idx_;
   std::vector<FlowSt> flows_;
   std::vector<ConnSt> conns_;
   uint64_t next_uid_ = 1;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <thread>
 
+#include "batch_codec.hpp"
 #include "log.hpp"
 #include "netprism/addr.hpp"
 
@@ -127,16 +128,16 @@ void LiveAnalysis::preload() {
              std::to_string(retained_.size()) + " jobs from the store");
 }
 
-void LiveAnalysis::feed(const std::string& node, std::vector<Flowlet>&& flowlets) {
+void LiveAnalysis::feed(std::string&& encoded, std::size_t flowlets) {
   std::lock_guard lk(mu_);
-  // Half the analysis' transfer bound: a pending flowlet costs 112 bytes (a kept transfer 32), and a
-  // backlog of that size means the analysis is many passes behind anyway.
-  if (pending_events_ + flowlets.size() > static_cast<std::size_t>(s_.analysis_max_events) / 2) {
-    dropped_ += flowlets.size();  // the analysis is far behind: bound memory; the store still has everything
+  // Half the analysis' transfer bound: a backlog of that size means the analysis is many passes behind
+  // anyway (a pending flowlet costs ~26 bytes encoded, a kept transfer 32).
+  if (pending_events_ + flowlets > static_cast<std::size_t>(s_.analysis_max_events) / 2) {
+    dropped_ += flowlets;  // the analysis is far behind: bound memory; the store still has everything
     return;
   }
-  pending_events_ += flowlets.size();
-  pending_.emplace_back(node, std::move(flowlets));
+  pending_events_ += flowlets;
+  pending_.emplace_back(std::move(encoded), flowlets);
 }
 
 std::shared_ptr<const Snapshot> LiveAnalysis::latest() const {
@@ -190,7 +191,7 @@ void LiveAnalysis::pass(store::Store* writer) {
   const uint64_t now = now_unix_ns();
   const uint64_t window = static_cast<uint64_t>(s_.analysis_window_s) * 1000000000ull;
   const uint64_t since = now > window ? now - window : 0;
-  std::vector<std::pair<std::string, std::vector<Flowlet>>> fresh;
+  std::vector<std::pair<std::string, std::size_t>> fresh;
   {
     std::lock_guard lk(mu_);
     fresh.swap(pending_);
@@ -211,9 +212,17 @@ void LiveAnalysis::pass(store::Store* writer) {
     if (it == addr_id_.end()) it = addr_id_.emplace(key, engine_.intern(format_addr(a))).first;
     return it->second;
   };
-  for (const auto& [node, fl] : fresh) {
-    uint32_t obs = engine_.intern(node);
-    for (const auto& f : fl) {
+  for (const auto& [encoded, flowlets] : fresh) {
+    std::string err;
+    auto batch = store::decode_stored(encoded, err);
+    if (!batch) {  // cannot happen (ingest encoded it just now); counted and logged, never silent
+      log_line("analysis: a fed batch does not decode: " + err);
+      std::lock_guard lk(mu_);
+      dropped_ += flowlets;
+      continue;
+    }
+    uint32_t obs = engine_.intern(batch->node);
+    for (const auto& f : batch->flowlets) {
       if (own_.matches(f)) continue;
       analysis::StreamingAnalysis::Event e;
       e.observer = obs;

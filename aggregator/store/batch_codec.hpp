@@ -8,8 +8,8 @@
 // smaller than the wire bytes.
 //
 // Layout (varint = LEB128):
-//   "NPC1"                      magic; a msgpack wire message can never start with 'N' (0x4e is a fixint,
-//                               not the fixarray every message starts with), so both formats are told apart
+//   "NPC2"                      magic; a msgpack wire message can never start with 'N' (0x4e is a fixint,
+//                               not the fixarray every message starts with), so the formats are told apart
 //   varint rest_len, rest       the batch without its flowlets, as a wire message (node, epoch, seq, sent_ns,
 //                               RDMA samples/bursts, QPs, counters: small, rarely many)
 //   varint n                    flowlets (at most the wire codec's array limit)
@@ -18,12 +18,15 @@
 //                               first_ns (zigzag delta from the previous flowlet's, the first from 0),
 //                               last_ns - first_ns, packets, bytes, payload_bytes, roce_ops[0..3], last_psn,
 //                               tcp_flags, end_reason
-//   each column:                byte w (0..8), varint lo (smallest value), n x (value - lo) in w bytes,
-//                               little-endian; w = 0: every value is lo
+//   each column:                byte w (0..8), varint lo (smallest value), then the n values (value - lo)
+//                               in w byte planes: byte 0 (least significant) of every value, then byte 1
+//                               of every value, ...; w = 0: every value is lo
+//   ("NPC1", written before NPC2: the same, but each value's w bytes together, little-endian.)
 // Decoding checks every length, index and range, so a corrupt row is an error, never a crash or a huge
 // allocation; a decoded batch equals the one that was encoded, field for field.
 //
-// Rows written before this format hold the zstd'd wire message itself; decode_stored() reads both.
+// Rows written before the column formats hold the zstd'd wire message itself; decode_stored() reads all
+// three.
 #pragma once
 
 #include <optional>
@@ -40,7 +43,10 @@ void encode_stored(const Batch& b, std::string& out);
 // Decodes what encode_stored() produced, or a wire message (older rows). nullopt and a reason if corrupt.
 std::optional<Batch> decode_stored(std::string_view bytes, std::string& err);
 
-// encode_stored() + zstd at `level` into out (scratch holds the uncompressed encoding). false on failure.
-bool compress_stored(const Batch& b, int level, std::string& out, std::string& scratch);
+// encode_stored() + zstd at `level` into out (scratch holds the uncompressed encoding, with slack: its
+// capacity is reused). When `encoded` is given it also receives the uncompressed encoding, exactly sized
+// (the daemon hands it to the live analysis: a quarter of the decoded flowlets' memory). false on failure.
+bool compress_stored(const Batch& b, int level, std::string& out, std::string& scratch,
+                     std::string* encoded = nullptr);
 
 }  // namespace netprism::store

@@ -98,6 +98,75 @@ StreamResult tcp_stream(const test::VethNetns& net, double seconds, const Stream
   return res;
 }
 
+std::vector<StreamResult> tcp_stream_phased(const test::VethNetns& net, int phases, double phase_seconds,
+                                            double settle, const std::function<void(int)>& set_phase,
+                                            const StreamOptions& opt) {
+  std::atomic<uint16_t> port{0};
+  std::atomic<uint64_t> got{0};
+  std::atomic<bool> failed{false}, stop{false};
+  std::thread rx([&] {
+    try {
+      PinTo pin(opt.pin, 1);
+      net.enter();
+      Sock ls(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      auto a = addr_of(net.ns_ip, 0);
+      socklen_t len = sizeof a;
+      if (bind(ls.fd, reinterpret_cast<sockaddr*>(&a), sizeof a) || listen(ls.fd, 1) ||
+          getsockname(ls.fd, reinterpret_cast<sockaddr*>(&a), &len))
+        throw std::runtime_error("listen");
+      timeval tv{5, 0};
+      setsockopt(ls.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      port = ntohs(a.sin_port);
+      Sock c(accept(ls.fd, nullptr, nullptr));
+      std::vector<char> buf(1 << 18);
+      for (ssize_t r; (r = recv(c.fd, buf.data(), buf.size(), 0)) > 0;)
+        got.fetch_add(static_cast<uint64_t>(r), std::memory_order_relaxed);
+    } catch (...) {
+      failed = true;
+      port = 1;
+    }
+  });
+  while (port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::vector<StreamResult> out;
+  if (failed) {
+    rx.join();
+    return out;
+  }
+  std::atomic<bool> connected{false}, tx_failed{false};
+  std::thread tx([&] {
+    PinTo pin(opt.pin, 0);
+    Sock s(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    auto a = addr_of(net.ns_ip, port);
+    if (connect(s.fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      tx_failed = true;
+      return;
+    }
+    connected = true;
+    std::vector<char> buf(1 << 16, 'x');
+    while (!stop)
+      if (send(s.fd, buf.data(), buf.size(), MSG_NOSIGNAL) <= 0) break;
+  });
+  while (!connected && !tx_failed) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!tx_failed) {
+    auto pause = [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); };
+    for (int k = 0; k < phases; ++k) {
+      set_phase(k);
+      pause(settle);
+      uint64_t b0 = got.load();
+      auto t0 = Clock::now();
+      pause(phase_seconds);
+      StreamResult r;
+      r.bytes = got.load() - b0;
+      r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      out.push_back(r);
+    }
+  }
+  stop = true;
+  tx.join();  // the sender's close ends the receiver's loop
+  rx.join();
+  return out;
+}
+
 StreamResult roce_stream(const test::VethNetns& net, double seconds) {
   std::atomic<bool> ready{false}, stop{false};
   std::atomic<uint64_t> got{0}, pkts{0};

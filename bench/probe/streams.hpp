@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "bpf/veth_netns.hpp"
 
@@ -23,6 +25,14 @@ struct StreamOptions {
 };
 
 StreamResult tcp_stream(const test::VethNetns& net, double seconds, const StreamOptions& opt = {});
+// One TCP connection streaming for the whole measurement, cut into phases: before phase k, set_phase(k)
+// runs (e.g. attaches or detaches the probe), then `settle` seconds pass unmeasured, then the receiver's byte
+// count over `phase_seconds` is the phase's result. Comparing phases of one connection removes what differs
+// between connections (buffer autotuning, placement), which dominates round-to-round noise here.
+std::vector<StreamResult> tcp_stream_phased(const test::VethNetns& net, int phases, double phase_seconds,
+                                            double settle, const std::function<void(int)>& set_phase,
+                                            const StreamOptions& opt = {});
+
 StreamResult roce_stream(const test::VethNetns& net, double seconds);
 
 }  // namespace netprism::bench
