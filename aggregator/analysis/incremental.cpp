@@ -544,9 +544,17 @@ Job StreamingAnalysis::analyse_job(const Normalized& n, JobSlice& sl, History& h
       if (k >= 2 && xfers_since(h.boundaries[static_cast<size_t>(k - 2)]) > kTailMaxXfers) break;
       --k;
     }
-    if (k >= 2 && h.boundaries[static_cast<size_t>(k - 1)] > h.tail_from) {
-      h.anchor = static_cast<size_t>(k);
-      h.tail_from = h.boundaries[static_cast<size_t>(k - 1)];
+    if (k >= 2) {
+      // The tail starts where the data of the iteration that begins at boundary k - 1 began (the boundary
+      // itself, or the drain before it for a pipeline without DP: see Timeline::data_from).
+      uint64_t b = h.boundaries[static_cast<size_t>(k - 1)], from = b;
+      auto it = std::lower_bound(t.boundaries.begin(), t.boundaries.end(), b);
+      if (it != t.boundaries.end() && *it == b)
+        from = t.data_from[static_cast<size_t>(it - t.boundaries.begin())];
+      if (from > h.tail_from) {
+        h.anchor = static_cast<size_t>(k);
+        h.tail_from = from;
+      }
     }
   } else {
     // No period found (yet): once the job is older than kTailNs, keep looking at its most recent kTailNs

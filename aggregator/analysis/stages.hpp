@@ -8,7 +8,8 @@
 //     -> diagnosis (straggler, slow_link, slow_iteration, hang) and job state
 //
 // NP_ANALYSIS_DEBUG=1 in the environment prints each edge's role evidence and each DP group's
-// synchronisation detection to stderr (for looking at a new recording).
+// synchronisation detection to stderr (for looking at a new recording); NP_ANALYSIS_DUMP=PREFIX writes each
+// job's transfers and arrivals, with the stages of their ends, to PREFIX.<first node>.csv.
 #pragma once
 
 #include <cstddef>
@@ -149,7 +150,12 @@ Structure infer_structure(const Normalized& n, const JobSlice& job);
 // Iteration boundaries plus per-node phases of each iteration.
 struct Timeline {
   std::vector<uint64_t> boundaries;  // iteration i = [boundaries[i], boundaries[i+1]]
-  double step_ns = 0;                // median iteration duration
+  // Per boundary: the time from which the transfers of the iteration that begins there were used. The
+  // boundary itself, except for pipelines without DP, whose boundary is the end of the first stage's first
+  // activation (started earlier): there the drain before it. An analysis of the data from this time on
+  // (the daemon's tail) sees that iteration whole.
+  std::vector<uint64_t> data_from;
+  double step_ns = 0;  // median iteration duration
   // Per iteration, per dp group: join time of each member (first DP send), sync end; 0 = not seen.
   struct GroupSync {
     std::vector<uint64_t> join;  // aligned with Structure::dp_groups[g]

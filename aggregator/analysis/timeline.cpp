@@ -5,14 +5,17 @@
 // as a cluster of DP transfers in which every DP direction of the group is active (every all-reduce
 // algorithm ends with a step that uses all its links; a member that is early alone only covers its own
 // link), followed by the long quiet gap of the next forward/backward pass.
-// Without data parallelism the boundary is the start of the first activation the first stage sends after
-// all the previous iteration's micro-batches returned (outstanding activation volume back to zero).
+// Without data parallelism the boundary is the first activation the first stage sends after all the
+// previous iteration's micro-batches returned (outstanding activation volume back to zero): the end of its
+// transfer, and with several ranks per stage (tensor parallelism) the latest rank's (see pipeline_drains).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
 #include <map>
 #include <set>
+#include <string>
+#include <tuple>
 
 #include "stages.hpp"
 
@@ -74,6 +77,24 @@ constexpr double kGapOutlierSigmas = 3.0;
 // ... and at least 1 % of the step apart: the duration error allowed per iteration is of that order, so a
 // smaller disagreement is not worth trading one estimate for the other.
 constexpr double kGapOutlierMinShare = 0.01;
+// A gap outlier is put on the first activation alone (the boundary then follows the drain) only when the
+// starts moved at least 4x as far from their neighbours' midpoint as the drains did. When the first
+// activation moved alone (the iterations after it kept their pace), the drains stay on their line and their
+// displacement is step-to-step jitter, a fraction of the outlier that triggered the check (>= 3 sigma). A
+// disturbance of the first stage's compute (its last backward pass before the boundary, or its optimizer
+// step and first forward pass after it) delays everything that follows, so both series move by about half
+// of it, and the network cannot tell on which side of the boundary it happened: the start stays then (the
+// backward pass, twice a forward pass, is the larger share of that stretch). Measured: a heavily loaded
+// testbed run (3 CPU burners beside the ranks) whose last backward pass overran by 17 ms: ratio 3.7; the
+// two_jobs sample's first activation that came 7 ms late on its own: ratio 26.
+constexpr double kDisplacedRatio = 4.0;
+// The last iteration of a pipeline without DP ends at its drain plus the median of the last 12 drain-to-start
+// gaps: the daemon re-analyses a tail of at least 16 iterations (incremental.hpp, kTailIterations), so it
+// sees the same 12 as an analysis of the whole run.
+constexpr size_t kLastDelays = 12;
+// A transfer record carries one activation when it is at most 1.5 x the typical activation (messages of
+// one pipeline edge have one size; two merged ones are 2x).
+constexpr double kOneMessage = 1.5;
 
 // Otsu split of log-gaps; returns the threshold (ns) above which a gap separates iterations.
 double inter_gap_threshold(std::vector<double> gaps) {
@@ -217,7 +238,11 @@ namespace {
 // brings the first stage's outstanding activation volume back to zero (every micro-batch of the iteration has
 // come back). Activations count when they start, gradients when they end (causal order); the balance restarts
 // from zero at every drain, so a lost or repeated packet cannot drift it beyond one iteration.
-std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
+struct PipelineBoundaries {
+  std::vector<uint64_t> boundaries;
+  std::vector<uint64_t> drains;  // per boundary: the drain before it (its iteration's data begins after it)
+};
+PipelineBoundaries pipeline_drains(const JobSlice& job, const Structure& s) {
   if (s.stages.size() < 2) return {};
   // The busiest first-stage -> second-stage edge.
   std::map<std::pair<uint32_t, uint32_t>, uint64_t> vol;
@@ -227,33 +252,71 @@ std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
   auto best = std::max_element(vol.begin(), vol.end(), [](auto& a, auto& b) { return a.second < b.second; });
   auto [u, v] = best->first;
   std::vector<double> a_sizes;
-  std::vector<std::pair<uint64_t, double>> ev;  // (time, +bytes activation / -bytes gradient)
+  struct Ev {
+    uint64_t t;     // activations: start; gradients: end (causal order)
+    double b;       // +bytes activation, -bytes gradient
+    uint64_t t1;    // the transfer's end
+    uint32_t conn;  // connection (one per rank pair: several with tensor parallelism)
+    bool operator<(const Ev& o) const { return std::tie(t, b, t1, conn) < std::tie(o.t, o.b, o.t1, o.conn); }
+  };
+  std::vector<Ev> ev;
   for (const Xfer& x : job.xfers) {
     if (x.src == u && x.dst == v) {
-      ev.emplace_back(x.t0, static_cast<double>(x.bytes));
+      ev.push_back({x.t0, static_cast<double>(x.bytes), x.t1, x.conn});
       a_sizes.push_back(static_cast<double>(x.bytes));
     }
-    if (x.src == v && x.dst == u) ev.emplace_back(x.t1, -static_cast<double>(x.bytes));
+    if (x.src == v && x.dst == u) ev.push_back({x.t1, -static_cast<double>(x.bytes), x.t1, x.conn});
   }
   std::sort(ev.begin(), ev.end());
   // Half of a typical activation transfer: below it the pipeline holds no micro-batch.
-  double eps = 0.5 * typical_size(a_sizes);
+  double typical = typical_size(a_sizes), eps = 0.5 * typical;
   std::vector<uint64_t> drains, starts;  // starts[k]: first activation after drains[k] (0: none yet)
   double out = 0;
   bool drained = true;
-  for (auto [t, b] : ev) {
+  // Connections whose first activation after the last drain was seen; open while only activations have
+  // followed the drain (the first micro-batch leaves every rank of the first stage before any gradient
+  // comes back).
+  std::set<uint32_t> first_seen;
+  bool first_open = false;
+  // Activation volume sent since the previous drain, per drain.
+  std::vector<double> seg_vol;
+  double seg = 0;
+  for (const Ev& e : ev) {
     // Messages far below an activation (barriers, notifications) neither open nor close an iteration.
-    if (std::fabs(b) < eps) continue;
-    if (b > 0) {
-      if (drained && !drains.empty() && starts.size() < drains.size()) starts.push_back(t);
+    if (std::fabs(e.b) < eps) continue;
+    if (e.b > 0) {
+      // The first activation's time is when its transfer ended: a transfer record (flowlet) starts with
+      // whatever packet of that direction came shortly before the data, and a pure ACK often does (the
+      // delayed ACK of the second stage's "ready to receive" notification, sent ~40 ms after it, lands a
+      // few ms before the first forward pass ends: up to 3.6 ms early with the agents' 4 ms flowlet gap,
+      // measured on the live testbed), whereas nothing of the first stage follows it until its next forward
+      // pass ends. A record that holds more than one activation (micro-batches quicker than the flowlet
+      // gap) ends with a later micro-batch: its start is used then.
+      uint64_t at = e.b <= kOneMessage * typical ? e.t1 : e.t;
+      if (drained && !drains.empty() && starts.size() < drains.size()) {
+        starts.push_back(at);
+        first_seen = {e.conn};
+        first_open = true;
+      } else if (first_open && first_seen.insert(e.conn).second) {
+        // With tensor parallelism every rank of the first stage sends its own first activation, each when
+        // that rank is done with its optimizer step and first forward pass; the ranks leave the previous
+        // iteration at different times (ms apart), and the iteration is over when the last one does, so
+        // the latest of the ranks' first activations is the one that follows the boundary.
+        starts.back() = std::max(starts.back(), at);
+      }
       drained = false;
-      out += b;
-    } else if (!drained) {
-      out = std::max(0.0, out + b);
+      out += e.b;
+      seg += e.b;
+    } else {
+      first_open = false;
+      if (drained) continue;
+      out = std::max(0.0, out + e.b);
       if (out <= eps) {
         out = 0;
         drained = true;
-        drains.push_back(t);
+        drains.push_back(e.t);
+        seg_vol.push_back(seg);
+        seg = 0;
       }
     }
   }
@@ -270,6 +333,33 @@ std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
   // start-based boundary would carry the whole disturbance; the boundary is then taken from the drain plus
   // the neighbours' typical gap, which only carries the usual backward-pass jitter when the disturbance came
   // after the boundary (its forward pass) -- and no more than the start-based one would when it came before.
+  // A drain ends an iteration only when the first stage then goes quiet on this edge for its last backward
+  // pass, optimizer step and first forward pass. In 1F1B with few activations in flight (two stages: one
+  // after the warm-up), the outstanding gradient can come back just before the next activation leaves (the
+  // frameworks' send and receive cross, e.g. a batched send-activation/receive-gradient): the balance
+  // touches zero in the middle of an iteration, and the next activation follows at once. Every iteration
+  // sends the same activation volume (its micro-batches, from every rank of the first stage), so a drain
+  // after which the largest volume between two drains went out (less half an activation) is surely an
+  // iteration's end; the median of those drains' gaps to the next activation is the quiet of a true drain,
+  // and a drain followed by an activation within an eighth of it (kGapClassRatio, as for synchronisation
+  // gaps) is a crossing, dropped with that activation. A long gap (a pause) leaves the median alone.
+  if (!seg_vol.empty()) {
+    double whole = *std::max_element(seg_vol.begin(), seg_vol.end()) - eps;
+    std::vector<double> sure;
+    for (size_t k = 0; k < starts.size(); ++k)
+      if (seg_vol[k] >= whole) sure.push_back(static_cast<double>(starts[k] - drains[k]));
+    if (!sure.empty()) {
+      double quiet = median(sure) / kGapClassRatio;
+      std::vector<uint64_t> kept_d, kept_s;
+      for (size_t k = 0; k < drains.size(); ++k) {
+        if (k < starts.size() && static_cast<double>(starts[k] - drains[k]) < quiet) continue;
+        kept_d.push_back(drains[k]);
+        if (k < starts.size()) kept_s.push_back(starts[k]);
+      }
+      drains = std::move(kept_d);
+      starts = std::move(kept_s);
+    }
+  }
   std::vector<double> delay;
   for (size_t k = 0; k < starts.size(); ++k) delay.push_back(static_cast<double>(starts[k] - drains[k]));
   double d = median(delay);
@@ -289,23 +379,25 @@ std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
   double tol = std::max(kGapOutlierSigmas * sigma, kGapOutlierMinShare * median(spacing));
   std::vector<uint64_t> out_b;
   // Which side moved: the anchor displaced from the midpoint of its own previous and next occurrence is the
-  // disturbed one (steps change smoothly from one iteration to the next; a one-off disturbance displaces
-  // one point of one series). When the drain moved (the first stage was still busy when the last gradient
-  // arrived, so the boundary did not follow it), the start stays.
+  // disturbed one (steps change smoothly from one iteration to the next); see kDisplacedRatio.
   auto displaced = [](const std::vector<uint64_t>& v, size_t k) {
     return std::fabs(static_cast<double>(v[k]) -
                      (static_cast<double>(v[k - 1]) + static_cast<double>(v[k + 1])) / 2);
   };
+  // The last iteration's delay: the median of the last kLastDelays gaps rather than of all, so that the
+  // daemon's analysis of its recent tail gives the same end as the analysis of the whole run.
+  double d_last = median(
+      std::vector<double>(delay.end() - static_cast<long>(std::min(delay.size(), kLastDelays)), delay.end()));
   for (size_t k = 0; k < drains.size(); ++k) {
     if (k >= starts.size())
-      out_b.push_back(drains[k] + static_cast<uint64_t>(d));
+      out_b.push_back(drains[k] + static_cast<uint64_t>(d_last));
     else if (std::fabs(dev[k]) > tol && delay.size() > 2 * kGapNeighbours && k > 0 && k + 1 < starts.size() &&
-             displaced(starts, k) > displaced(drains, k))
+             displaced(starts, k) > kDisplacedRatio * displaced(drains, k))
       out_b.push_back(drains[k] + static_cast<uint64_t>(local[k]));
     else
       out_b.push_back(starts[k]);
   }
-  return out_b;
+  return {std::move(out_b), std::move(drains)};
 }
 
 }  // namespace
@@ -316,15 +408,35 @@ std::vector<uint64_t> pipeline_drains(const JobSlice& job, const Structure& s) {
 // sent upstream (the first stage: the drain). Iterations are delimited by a reference (the first stage's
 // synchronisation or drain) and each stage's end is attached to the nearest reference within
 // (-0.6, +0.4] of a step: stages finish before the first one, a faulty one may finish a little after it.
-Timeline build_timeline(const Normalized&, const JobSlice& job, const Structure& s) {
+Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structure& s) {
   Timeline t;
+  if (const char* dump = std::getenv("NP_ANALYSIS_DUMP"); dump && !job.nodes.empty()) {
+    std::string path = std::string(dump) + "." + n.nodes[job.nodes[0]] + ".csv";
+    if (FILE* f = std::fopen(path.c_str(), "w")) {
+      std::fprintf(f, "kind,src,dst,src_stage,dst_stage,t0,t1,bytes\n");
+      for (const auto* list : {&job.xfers, &job.arrivals})
+        for (const Xfer& x : *list)
+          std::fprintf(f, "%c,%s,%s,%d,%d,%llu,%llu,%llu\n", list == &job.xfers ? 'x' : 'a',
+                       n.nodes[x.src].c_str(), n.nodes[x.dst].c_str(), s.stage_of[x.src], s.stage_of[x.dst],
+                       static_cast<unsigned long long>(x.t0), static_cast<unsigned long long>(x.t1),
+                       static_cast<unsigned long long>(x.bytes));
+      std::fclose(f);
+    }
+  }
   int ref = -1;
   for (size_t g = 0; g < s.dp_groups.size(); ++g)
     if (ref < 0 || s.stage_of[s.dp_groups[g][0]] < s.stage_of[s.dp_groups[static_cast<size_t>(ref)][0]] ||
         (s.stage_of[s.dp_groups[g][0]] == s.stage_of[s.dp_groups[static_cast<size_t>(ref)][0]] &&
          s.dp_groups[g].size() > s.dp_groups[static_cast<size_t>(ref)].size()))
       ref = static_cast<int>(g);
-  std::vector<uint64_t> refb = ref >= 0 ? sync_ends(job, s, ref) : pipeline_drains(job, s);
+  std::vector<uint64_t> refb, ref_from;  // ref_from: pipelines without DP, where each iteration's data begins
+  if (ref >= 0) {
+    refb = sync_ends(job, s, ref);
+  } else {
+    PipelineBoundaries pb = pipeline_drains(job, s);
+    refb = std::move(pb.boundaries);
+    ref_from = std::move(pb.drains);
+  }
   std::vector<double> rd;
   for (size_t i = 0; i + 1 < refb.size(); ++i) rd.push_back(static_cast<double>(refb[i + 1] - refb[i]));
   // A synchronisation stretched by a slow link can split into several complete episodes: spacings then
@@ -472,6 +584,7 @@ Timeline build_timeline(const Normalized&, const JobSlice& job, const Structure&
     }
     if (!t.boundaries.empty() && b <= t.boundaries.back()) continue;
     t.boundaries.push_back(b);
+    t.data_from.push_back(ref >= 0 ? b : ref_from[k]);
     slot_of.push_back(k);
   }
 
@@ -485,6 +598,7 @@ Timeline build_timeline(const Normalized&, const JobSlice& job, const Structure&
   while (t.boundaries.size() >= 3 &&
          static_cast<double>(t.boundaries[1] - t.boundaries[0]) < kShortLeadingIteration * med) {
     t.boundaries.erase(t.boundaries.begin());
+    t.data_from.erase(t.data_from.begin());
     slot_of.erase(slot_of.begin());
   }
   t.step_ns = median(durations());

@@ -70,6 +70,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Expect{"dp4_1f1b", k4, 4, 1, 1, "ended", 11, {}},
                       Expect{"pp4_1f1b", k4, 1, 4, 1, "ended", 11, {}},
                       Expect{"pp4_gpipe", k4, 1, 4, 1, "ended", 11, {}},
+                      Expect{"pp2_1f1b", {"n0", "n1"}, 1, 2, 1, "ended", 13, {}},
                       Expect{"two_jobs", {"n0", "n1"}, 2, 1, 1, "ended", 13, {}},
                       Expect{"two_jobs", {"n2", "n3"}, 1, 2, 1, "ended", 13, {}},
                       Expect{"pause", k4, 2, 2, 1, "ended", 11, {}},

@@ -30,6 +30,9 @@ SCENARIOS = {
     "dp4_1f1b": ["--dp", "4", "--pp", "1", "--iters", "12"],
     "pp4_1f1b": ["--dp", "1", "--pp", "4", "--iters", "12"],
     "pp4_gpipe": ["--dp", "1", "--pp", "4", "--schedule", "gpipe", "--iters", "12"],
+    # Two stages in 1F1B: one activation in flight after the warm-up, so the last gradient of a micro-batch
+    # and the next activation cross (the first stage's outstanding volume touches zero mid-iteration).
+    "pp2_1f1b": ["--dp", "1", "--pp", "2", "--micro-batches", "6", "--fwd-ms", "20", "--iters", "14"],
     "dp2pp2_1f1b": ["--dp", "2", "--pp", "2", "--iters", "12"],
     "dp2pp2_gpipe": ["--dp", "2", "--pp", "2", "--schedule", "gpipe", "--iters", "12"],
     "dp2pp2tp2_1f1b": ["--dp", "2", "--pp", "2", "--tp", "2", "--iters", "12"],
