@@ -52,13 +52,28 @@ struct PinTo {
 
 }  // namespace
 
-StreamResult tcp_stream(const test::VethNetns& net, double seconds, const StreamOptions& opt) {
-  std::atomic<uint16_t> port{0};
-  std::atomic<uint64_t> got{0};
-  std::atomic<bool> failed{false};
-  std::thread rx([&] {
+namespace {
+
+// The receiving end of a TCP stream: a thread in the namespace (pinned to CPU 1 when asked) that accepts one
+// connection and counts what arrives until the sender closes. The destructor waits for it.
+class TcpSink {
+ public:
+  TcpSink(const test::VethNetns& net, const StreamOptions& opt)
+      : rx_([this, &net, pin = opt.pin] { run(net, pin); }) {
+    while (port_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~TcpSink() { rx_.join(); }
+  TcpSink(const TcpSink&) = delete;
+  TcpSink& operator=(const TcpSink&) = delete;
+
+  bool failed() const { return failed_; }
+  uint16_t port() const { return port_; }
+  uint64_t got() const { return got_.load(std::memory_order_relaxed); }
+
+ private:
+  void run(const test::VethNetns& net, bool pin_it) {
     try {
-      PinTo pin(opt.pin, 1);
+      PinTo pin(pin_it, 1);
       net.enter();
       Sock ls(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
       auto a = addr_of(net.ns_ip, 0);
@@ -68,76 +83,59 @@ StreamResult tcp_stream(const test::VethNetns& net, double seconds, const Stream
         throw std::runtime_error("listen");
       timeval tv{5, 0};  // never hang the benchmark if the sender cannot connect
       setsockopt(ls.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-      port = ntohs(a.sin_port);
+      port_ = ntohs(a.sin_port);
       Sock c(accept(ls.fd, nullptr, nullptr));
       std::vector<char> buf(1 << 18);
-      for (ssize_t r; (r = recv(c.fd, buf.data(), buf.size(), 0)) > 0;) got += static_cast<uint64_t>(r);
+      for (ssize_t r; (r = recv(c.fd, buf.data(), buf.size(), 0)) > 0;)
+        got_.fetch_add(static_cast<uint64_t>(r), std::memory_order_relaxed);
     } catch (...) {
-      failed = true;
-      port = 1;
-    }
-  });
-  while (port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  StreamResult res;
-  if (!failed) {
-    PinTo pin(opt.pin, 0);
-    Sock s(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    auto a = addr_of(net.ns_ip, port);
-    if (connect(s.fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-      std::vector<char> buf(1 << 16, 'x');
-      auto t0 = Clock::now();
-      auto until = t0 + std::chrono::duration<double>(seconds);
-      uint64_t start_got = got;
-      while (Clock::now() < until)
-        if (send(s.fd, buf.data(), buf.size(), MSG_NOSIGNAL) <= 0) break;
-      res.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-      res.bytes = got - start_got;  // what arrived within the window
+      failed_ = true;
+      port_ = 1;
     }
   }
-  rx.join();
-  return res;
+
+  std::atomic<uint16_t> port_{0};
+  std::atomic<uint64_t> got_{0};
+  std::atomic<bool> failed_{false};
+  std::thread rx_;  // last: starts once the members it uses exist
+};
+
+bool connect_to(const Sock& s, const test::VethNetns& net, uint16_t port) {
+  auto a = addr_of(net.ns_ip, port);
+  return connect(s.fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0;
+}
+
+}  // namespace
+
+StreamResult tcp_stream(const test::VethNetns& net, double seconds, const StreamOptions& opt) {
+  StreamResult res;
+  TcpSink sink(net, opt);
+  if (sink.failed()) return res;
+  PinTo pin(opt.pin, 0);
+  Sock s(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!connect_to(s, net, sink.port())) return res;
+  std::vector<char> buf(1 << 16, 'x');
+  auto t0 = Clock::now();
+  auto until = t0 + std::chrono::duration<double>(seconds);
+  uint64_t start_got = sink.got();
+  while (Clock::now() < until)
+    if (send(s.fd, buf.data(), buf.size(), MSG_NOSIGNAL) <= 0) break;
+  res.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  res.bytes = sink.got() - start_got;  // what arrived within the window
+  return res;                          // closing s ends the sink
 }
 
 std::vector<StreamResult> tcp_stream_phased(const test::VethNetns& net, int phases, double phase_seconds,
                                             double settle, const std::function<void(int)>& set_phase,
                                             const StreamOptions& opt) {
-  std::atomic<uint16_t> port{0};
-  std::atomic<uint64_t> got{0};
-  std::atomic<bool> failed{false}, stop{false};
-  std::thread rx([&] {
-    try {
-      PinTo pin(opt.pin, 1);
-      net.enter();
-      Sock ls(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-      auto a = addr_of(net.ns_ip, 0);
-      socklen_t len = sizeof a;
-      if (bind(ls.fd, reinterpret_cast<sockaddr*>(&a), sizeof a) || listen(ls.fd, 1) ||
-          getsockname(ls.fd, reinterpret_cast<sockaddr*>(&a), &len))
-        throw std::runtime_error("listen");
-      timeval tv{5, 0};
-      setsockopt(ls.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-      port = ntohs(a.sin_port);
-      Sock c(accept(ls.fd, nullptr, nullptr));
-      std::vector<char> buf(1 << 18);
-      for (ssize_t r; (r = recv(c.fd, buf.data(), buf.size(), 0)) > 0;)
-        got.fetch_add(static_cast<uint64_t>(r), std::memory_order_relaxed);
-    } catch (...) {
-      failed = true;
-      port = 1;
-    }
-  });
-  while (port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   std::vector<StreamResult> out;
-  if (failed) {
-    rx.join();
-    return out;
-  }
-  std::atomic<bool> connected{false}, tx_failed{false};
+  TcpSink sink(net, opt);
+  if (sink.failed()) return out;
+  std::atomic<bool> connected{false}, tx_failed{false}, stop{false};
   std::thread tx([&] {
     PinTo pin(opt.pin, 0);
     Sock s(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    auto a = addr_of(net.ns_ip, port);
-    if (connect(s.fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    if (!connect_to(s, net, sink.port())) {
       tx_failed = true;
       return;
     }
@@ -152,18 +150,17 @@ std::vector<StreamResult> tcp_stream_phased(const test::VethNetns& net, int phas
     for (int k = 0; k < phases; ++k) {
       set_phase(k);
       pause(settle);
-      uint64_t b0 = got.load();
+      uint64_t b0 = sink.got();
       auto t0 = Clock::now();
       pause(phase_seconds);
       StreamResult r;
-      r.bytes = got.load() - b0;
+      r.bytes = sink.got() - b0;
       r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       out.push_back(r);
     }
   }
   stop = true;
-  tx.join();  // the sender's close ends the receiver's loop
-  rx.join();
+  tx.join();  // the sender's close ends the sink
   return out;
 }
 
