@@ -35,6 +35,22 @@ Result stream(StreamingAnalysis& sa, const Input& in, uint64_t now, std::vector<
   return sa.pass(now);
 }
 
+// A synthetic job's events in the order the daemon receives them.
+Input arrivals_of(const synth::Spec& s) {
+  Input in;
+  synth::generate(s, in);
+  return arrival_order(std::move(in));
+}
+
+// The events streamed into `sa`, and analysed offline at the same moment: half a second after the last one.
+std::pair<Result, Result> live_and_offline(StreamingAnalysis& sa, Input& in,
+                                           std::vector<uint64_t>* tail = nullptr) {
+  uint64_t now = in.events.back().last_ns + kSec / 2;
+  Result live = stream(sa, in, now, tail);
+  in.now_ns = now;
+  return {std::move(live), analyze(in)};
+}
+
 void expect_same_jobs(const Result& live, const Result& off, size_t jobs) {
   ASSERT_EQ(off.jobs.size(), jobs);
   ASSERT_EQ(live.jobs.size(), off.jobs.size());
@@ -68,15 +84,11 @@ TEST(StreamingAnalysis, ShortRunsMatchOfflineExactly) {
     s.gpipe = gpipe;
     s.iters = 20;
     s.both_observers = false;
-    Input in;
-    synth::generate(s, in);
-    in = arrival_order(std::move(in));
-    uint64_t end = in.events.back().last_ns;
+    Input in = arrivals_of(s);
     StreamingAnalysis sa;
-    Result live = stream(sa, in, end + kSec / 2);
-    in.now_ns = end + kSec / 2;
+    auto [live, off] = live_and_offline(sa, in);
     SCOPED_TRACE(testing::Message() << "dp" << dp << " pp" << pp << (gpipe ? " gpipe" : " 1f1b"));
-    expect_same_jobs(live, analyze(in), 1);
+    expect_same_jobs(live, off, 1);
   }
 }
 
@@ -103,15 +115,10 @@ TEST(StreamingAnalysis, LongRunStitchedMatchesOfflineWithBoundedWork) {
   s.dp = 2;
   s.pp = 2;
   s.iters = 160;  // ~0.5 s steps: 80 s, well past the 30 s tail
-  Input in;
-  synth::generate(s, in);
-  in = arrival_order(std::move(in));
-  uint64_t end = in.events.back().last_ns;
+  Input in = arrivals_of(s);
   StreamingAnalysis sa;
   std::vector<uint64_t> tail;
-  Result live = stream(sa, in, end + kSec / 2, &tail);
-  in.now_ns = end + kSec / 2;
-  Result off = analyze(in);
+  auto [live, off] = live_and_offline(sa, in, &tail);
   expect_same_jobs(live, off, 1);
   EXPECT_EQ(sa.stats().restitched, 0u);
   ASSERT_GT(tail.size(), 60u);
@@ -134,14 +141,9 @@ TEST(StreamingAnalysis, LongPipelineRunStitchedMatchesOffline) {
     s.gpipe = gpipe;
     s.iters = 120;  // ~0.5 s steps: 60 s, past the 30 s tail
     s.both_observers = false;
-    Input in;
-    synth::generate(s, in);
-    in = arrival_order(std::move(in));
-    uint64_t end = in.events.back().last_ns;
+    Input in = arrivals_of(s);
     StreamingAnalysis sa;
-    Result live = stream(sa, in, end + kSec / 2);
-    in.now_ns = end + kSec / 2;
-    Result off = analyze(in);
+    auto [live, off] = live_and_offline(sa, in);
     EXPECT_EQ(off.jobs[0].iterations.size(), 119u);
     expect_same_jobs(live, off, 1);
     EXPECT_EQ(sa.stats().restitched, 0u);
@@ -198,13 +200,9 @@ TEST(StreamingAnalysis, ForgetsSilentConnectionsAndCompactsIds) {
   s.pp = 2;
   s.iters = 20;
   s.start_ns = scan.events.back().last_ns + 60 * kSec;  // long after the scan left the window
-  Input in;
-  synth::generate(s, in);
-  in = arrival_order(std::move(in));
-  uint64_t end = in.events.back().last_ns;
-  Result live = stream(sa, in, end + kSec / 2);
+  Input in = arrivals_of(s);
+  auto [live, off] = live_and_offline(sa, in);
   EXPECT_NE(sa.generation(), gen);
   EXPECT_LT(sa.stats().conns, 100u);
-  in.now_ns = end + kSec / 2;
-  expect_same_jobs(live, analyze(in), 1);
+  expect_same_jobs(live, off, 1);
 }
