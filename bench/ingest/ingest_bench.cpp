@@ -73,18 +73,23 @@ std::vector<std::vector<std::string>> make_batches(const Params& p, uint64_t epo
 
 // Sends every message of one sender with a bounded window, waiting for one reply each. Returns replies seen.
 // CPU seconds (user + system) a process has used so far, from /proc/PID/stat; -1 if unreadable.
-double proc_cpu_s(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(f, line)) return -1;
-  auto close = line.rfind(')');  // the command name may hold spaces; fields resume after it
-  if (close == std::string::npos) return -1;
+// CPU seconds (user + system) in a /proc stat line: fields 14 and 15, counted after the command name, which
+// may hold spaces and parentheses. -1 if the line is not one.
+double stat_cpu_s(const std::string& line) {
+  auto close = line.rfind(')');
+  if (close == std::string::npos || close + 2 > line.size()) return -1;
   std::istringstream in(line.substr(close + 2));
   std::string field;
   double ticks = 0;
   for (int i = 3; i <= 15 && in >> field; ++i)
     if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
   return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+double proc_cpu_s(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  return std::getline(f, line) ? stat_cpu_s(line) : -1;
 }
 
 // CPU seconds per thread name of a process (its threads are named: np-ingest, np-analysis, ...), summed
@@ -97,13 +102,9 @@ std::map<std::string, double> thread_cpu_s(pid_t pid) {
     std::string line;
     if (!std::getline(f, line)) continue;
     auto open = line.find('('), close = line.rfind(')');
-    if (open == std::string::npos || close == std::string::npos || close < open) continue;
-    std::istringstream in(line.substr(close + 2));
-    std::string field;
-    double ticks = 0;
-    for (int i = 3; i <= 15 && in >> field; ++i)
-      if (i == 14 || i == 15) ticks += std::stod(field);
-    out[line.substr(open + 1, close - open - 1)] += ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+    double cpu = stat_cpu_s(line);
+    if (open == std::string::npos || close < open || cpu < 0) continue;
+    out[line.substr(open + 1, close - open - 1)] += cpu;
   }
   return out;
 }
@@ -314,7 +315,8 @@ int main(int argc, char** argv) {
     snd_cpu.push_back(durs[r].senders_cpu_s);
     agg_cpu.push_back(durs[r].aggregator_cpu_s);
   }
-  // Medians per quantity; bytes and acks from the last round (identical input every round).
+  // Medians per quantity; stored bytes from the last round (identical input every round); batches acked as
+  // stored: the fewest of any round, so a short round fails the run.
   const double raw = median_of(raw_secs);
   Durable d = durs.back();
   d.secs = median_of(dur_secs);
@@ -327,8 +329,7 @@ int main(int argc, char** argv) {
     cpu = median_of(v);
   }
   Raw rr{raw, median_of(raw_cpu)};
-  for (const auto& x : durs)
-    if (x.stored_ok != d.stored_ok) d.stored_ok = std::min(d.stored_ok, x.stored_ok);
+  for (const auto& x : durs) d.stored_ok = std::min(d.stored_ok, x.stored_ok);
 
   double raw_rps = records / raw, dur_rps = records / d.secs;
   nlohmann::json out = {{"senders", p.senders},
