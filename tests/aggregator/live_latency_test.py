@@ -19,8 +19,8 @@ usage: live_latency_test.py SIM AGGREGATOR NETPRISM
 """
 import json
 import os
-import random
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -34,11 +34,22 @@ CEILING_S = 5.0  # none may be later than this
 WARMUP = 4  # the timeline needs three inter-iteration gaps before it can find the period at all
 
 
+def free_ports(n):
+    """n ports the kernel reports free (a random pick could land on a port an outgoing connection holds)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def main():
     sim_bin, agg_bin, cli_bin = sys.argv[1], sys.argv[2], sys.argv[3]
     work = tempfile.mkdtemp(prefix="np-latency-")
-    port = random.randrange(30000, 40000)
-    ingest, query = f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{port + 1}"
+    ingest, query = (f"tcp://127.0.0.1:{p}" for p in free_ports(2))
     procs = []
     try:
         agg = subprocess.Popen([agg_bin, "--listen", ingest, "--query", query, "--data-dir",

@@ -8,6 +8,7 @@ real cluster, where the agents share the node's NIC); the agent excludes its own
 import json
 import os
 import random
+import socket
 import subprocess
 import time
 
@@ -21,6 +22,50 @@ def default_bin(name):
     return cand if os.access(cand, os.X_OK) else name
 
 
+def ephemeral_range():
+    try:
+        lo, hi = open("/proc/sys/net/ipv4/ip_local_port_range").read().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def bindable(ip, port):
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as ZeroMQ binds: TIME_WAIT is no conflict
+        try:
+            s.bind((ip, port))
+            return True
+        except OSError:
+            return False
+
+
+def free_port_pair(ingest_ip):
+    """port for the ingest on ingest_ip and port+1 for the query on 127.0.0.1.
+
+    Drawn from 10000..19999, below both the kernel's ephemeral range and the training's gloo master ports
+    (testbed.py: 20000..39999). Ephemeral ports are where every outgoing connection on the host and every gloo
+    pair listener in the namespaces get theirs: one holding ours made the aggregator exit with 'cannot bind'
+    (seen once in CI), and the aggregator drops flows on its own ports by port alone, so a gloo pair on the same
+    number would have vanished from the analysis. Test-bound here; start() still retries, as another process
+    can take the port between this check and the aggregator's bind."""
+    lo, _ = ephemeral_range()
+    first, last = 10000, min(20000, lo) - 2
+    for _ in range(200):
+        port = random.randrange(first, last)
+        if bindable(ingest_ip, port) and bindable("127.0.0.1", port + 1):
+            return port
+    raise RuntimeError(f"no free port pair in {first}..{last}")
+
+
+def log_tail(path, lines=8):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:]).rstrip()
+    except OSError as e:
+        return f"({e})"
+
+
 class LiveStack:
     def __init__(self, cluster, out, agent=None, aggregator=None, netprism=None):
         self.c = cluster
@@ -28,13 +73,16 @@ class LiveStack:
         self.agent = agent or default_bin("netprism-agent")
         self.aggregator = aggregator or default_bin("netprism-aggregator")
         self.netprism = netprism or default_bin("netprism")
-        port = random.randrange(41000, 49000)
-        self.ingest = f"tcp://{cluster.host_ip}:{port}"
-        self.query = f"tcp://127.0.0.1:{port + 1}"
+        self.pick_ports()
         self.agg_proc = None
         self.agents = {}
         self.attached = False
         self.events = []  # (time, what) observed while polling
+
+    def pick_ports(self):
+        port = free_port_pair(self.c.host_ip)
+        self.ingest = f"tcp://{self.c.host_ip}:{port}"
+        self.query = f"tcp://127.0.0.1:{port + 1}"
 
     def cli(self, *args, timeout=15):
         r = subprocess.run([self.netprism, "--aggregator", self.query] + list(args) + ["--json"], text=True,
@@ -56,11 +104,19 @@ class LiveStack:
         and ended by its teardown."""
         data = os.path.join(self.out, "live", "aggregator")
         os.makedirs(data, exist_ok=True)
-        log = open(os.path.join(self.out, "logs", "aggregator.log"), "w")
-        self.agg_proc = subprocess.Popen([self.aggregator, "--listen", self.ingest, "--query", self.query,
-                                          "--data-dir", data], stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=detach)
-        self.c.track(self.agg_proc.pid)
+        log_path = os.path.join(self.out, "logs", "aggregator.log")
+        for _ in range(3):
+            log = open(log_path, "a")
+            start = log.tell()
+            self.agg_proc = subprocess.Popen([self.aggregator, "--listen", self.ingest, "--query", self.query,
+                                              "--data-dir", data], stdout=log, stderr=subprocess.STDOUT,
+                                             start_new_session=detach)
+            self.c.track(self.agg_proc.pid)
+            if not self.bind_lost(log_path, start):
+                break
+            print(f"live: {self.ingest} or {self.query} was taken before the aggregator bound it; new ports",
+                  flush=True)
+            self.pick_ports()
         for k in range(self.c.n):
             node = self.c.node(k)
             spool = os.path.join(self.out, "live", "spool", node)
@@ -74,9 +130,12 @@ class LiveStack:
         while time.time() < deadline:
             for node, p in self.agents.items():
                 if p.poll() is not None:
-                    raise RuntimeError(f"netprism-agent on {node} exited with {p.returncode} (logs/agent.{node}.log)")
+                    alog = os.path.join(self.out, "logs", f"agent.{node}.log")
+                    raise RuntimeError(f"netprism-agent on {node} exited with {p.returncode} (logs/agent.{node}.log):\n"
+                                       f"{log_tail(alog)}")
             if self.agg_proc.poll() is not None:
-                raise RuntimeError(f"netprism-aggregator exited with {self.agg_proc.returncode} (logs/aggregator.log)")
+                raise RuntimeError(f"netprism-aggregator exited with {self.agg_proc.returncode} (logs/aggregator.log):\n"
+                                   f"{log_tail(log_path)}")
             try:
                 st = self.cli("status", timeout=12)
                 up = {a["node"] for a in st.get("agents", []) if a.get("connected")}
@@ -90,6 +149,22 @@ class LiveStack:
                 last = str(e)
             time.sleep(0.5)
         raise RuntimeError(f"agents did not all connect within {timeout} s ({last})")
+
+    def bind_lost(self, log_path, start, wait=3.0):
+        """True when the aggregator exited at start-up because a port was taken (then it is retried on others).
+        The aggregator binds both sockets before it reports 'listening', so waiting for either outcome is
+        bounded; any other early exit is left to start()'s checks, which report it with the log."""
+        deadline = time.time() + wait
+        while time.time() < deadline:
+            with open(log_path, errors="replace") as f:
+                f.seek(start)
+                text = f.read()
+            if self.agg_proc.poll() is not None:
+                return "cannot bind" in text
+            if "listening on" in text:
+                return False
+            time.sleep(0.05)
+        return False
 
     def poll_states(self):
         """Record when each job's state or findings change (hang detection latency)."""
