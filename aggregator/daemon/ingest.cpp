@@ -39,8 +39,7 @@ struct Ingest::Frame {
   std::size_t parts = 0;  // payload frames received (more than one is malformed; extras are discarded)
   // Filled in parallel before the ordered, transactional part:
   wire::DecodeResult decoded;
-  std::string compressed;  // zstd of the payload, for batches
-  std::string encoded;     // the batch's stored encoding before zstd, for the live analysis
+  std::string compressed;  // the batch as stored (zstd of its column encoding), exactly sized
   store::BatchSpan span;   // of the batch
   bool compress_failed = false;
   std::string_view bytes() const { return {static_cast<const char*>(payload.data()), payload.size()}; }
@@ -219,16 +218,17 @@ void Ingest::prepare(Frame& f) {
   f.decoded = wire::decode(f.bytes(), limits_);
   if (f.decoded && f.decoded.message->type == MsgType::kBatch) {
     // Stored column-encoded (batch_codec.hpp), from the batch just decoded: smaller and several times
-    // cheaper to compress than the wire bytes.
+    // cheaper to compress than the wire bytes. Compressed into a per-thread buffer and copied out exactly
+    // sized: after the commit the same bytes go to the live analysis, which holds them until its next pass.
     auto& b = std::get<Batch>(f.decoded.message->body);
-    thread_local std::string scratch;  // per pool thread, reused across batches
-    f.compress_failed =
-        !store::compress_stored(b, static_cast<int>(s_.zstd_level), f.compressed, scratch, &f.encoded);
+    thread_local std::string scratch, zbuf;  // per pool thread, reused across batches
+    f.compress_failed = !store::compress_stored(b, static_cast<int>(s_.zstd_level), zbuf, scratch);
+    if (!f.compress_failed) f.compressed.assign(zbuf);
     f.span = store::span_of(b);
-    // Nothing reads the decoded flowlets past this point: the store takes the compressed copy and the
-    // live analysis the encoding (~26 B per flowlet instead of 112). Freed here, their memory is what
-    // this thread's next decode reuses, warm. Held until the analysis' next pass (up to a second of
-    // ingest), every decode wrote to fresh pages: ~20 % of the decode threads' CPU went to page faults.
+    // Nothing reads the decoded flowlets past this point: the store and then the live analysis take the
+    // compressed copy (~18 B per flowlet instead of 112). Freed here, their memory is what this thread's
+    // next decode reuses, warm. Held until the analysis' next pass (up to a second of ingest), every
+    // decode wrote to fresh pages: ~20 % of the decode threads' CPU went to page faults.
     std::vector<Flowlet>().swap(b.flowlets);
   }
 }
@@ -247,7 +247,7 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
     uint64_t sent_ns = 0;
     const Counters* counters = nullptr;  // in the group's decoded message (alive until process() returns)
     uint64_t records = 0;                // newly stored records
-    std::string encoded;                 // a newly stored batch's encoding, for the live analysis
+    std::string stored;                  // a newly stored batch as stored, for the live analysis
     uint64_t analysis_records = 0;       // flowlets in it
     bool heartbeat = false;
     bool fresh = false;  // a batch stored now (not a duplicate)
@@ -329,7 +329,7 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
           a.records = records;
           a.fresh = fresh;
           if (fresh) {
-            a.encoded = std::move(f.encoded);
+            a.stored = std::move(f.compressed);  // the statement that bound it has been reset
             a.analysis_records = f.span.records;
           }
           applied.push_back(std::move(a));
@@ -381,7 +381,7 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
         if (a.heartbeat) continue;
         if (a.fresh) stored++;
         records += a.records;
-        if (a.analysis_records > 0) live_.feed(std::move(a.encoded), a.analysis_records);
+        if (a.analysis_records > 0) live_.feed(std::move(a.stored), a.analysis_records);
       }
     }
   }

@@ -415,10 +415,8 @@ std::optional<Batch> decode_stored(std::string_view bytes, std::string& err) {
   return std::nullopt;
 }
 
-bool compress_stored(const Batch& b, int level, std::string& out, std::string& scratch,
-                     std::string* encoded) {
+bool compress_stored(const Batch& b, int level, std::string& out, std::string& scratch) {
   const std::size_t n = encode_into(b, scratch);
-  if (encoded) encoded->assign(scratch.data(), n);
   return zstd_compress_into(std::string_view(scratch.data(), n), level, out);
 }
 

@@ -64,17 +64,17 @@ int main(int argc, char** argv) {
     for (auto& e : enc) s += e.size();
     return s / records;
   }() << " B/record\n";
-  // What the daemon runs per batch (ingest.cpp prepare()): encode into a per-thread buffer, keep a copy of
-  // the encoding (for the live analysis), zstd it.
-  std::string scratch, out;
+  // What the daemon runs per batch (ingest.cpp prepare()): encode into a per-thread buffer, zstd it into
+  // another, copy the result out exactly sized (the store, then the live analysis, take it).
+  std::string scratch, zbuf;
   for (int level : levels) {
     double bytes = 0;
     double z = ns_per([&] {
       bytes = 0;
       for (int b = 0; b < kBatches; ++b) {
-        if (!store::compress_stored(decoded[b], level, out, scratch, &enc[b]))
-          throw std::runtime_error("zstd");
-        bytes += out.size();
+        if (!store::compress_stored(decoded[b], level, zbuf, scratch)) throw std::runtime_error("zstd");
+        enc[b].assign(zbuf);
+        bytes += zbuf.size();
       }
     });
     std::cout << "encode + zstd level " << level << ": " << z << " ns/record (zstd ~" << z - en
