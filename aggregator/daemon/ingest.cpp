@@ -168,12 +168,16 @@ void Ingest::send_acks() {
     // A vanished peer makes these sends fail or drop (ROUTER discards what it cannot route); the agent then
     // resends and gets kDuplicate, so nothing is lost.
     if (!router_.send(r.identity, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) continue;
-    (void)router_.send(zmq::buffer(r.ack), zmq::send_flags::dontwait);
+    // Encoded here rather than by the committer: it is on the critical path (every commit's ACKs wait for
+    // it), this thread mostly waits in poll().
+    (void)router_.send(zmq::buffer(wire::encode(r.ack)), zmq::send_flags::dontwait);
   }
 }
 
 void Ingest::commit_loop() {
   ::pthread_setname_np(::pthread_self(), "np-commit");
+  // SQLite's page cache (cache_size, store.cpp) fills this thread's arena page by page.
+  reserve_thread_heap(48u << 20);
   // First pass right at start: bounds changed in the config apply at once, not 30 s later.
   auto last_retention = std::chrono::steady_clock::now() - kRetentionEvery;
   static const std::atomic<bool> kNever{false};
@@ -238,7 +242,7 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
   const uint64_t now = now_unix_ns();
   struct Pending {
     Frame* frame;
-    std::string ack;
+    Ack ack;
     bool needs_commit;  // only sent if the transaction committed
   };
   struct Applied {  // registry/analysis updates that wait for the commit
@@ -268,7 +272,7 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
   auto reject = [&](Frame& f, const std::string& reason, uint64_t epoch = 0, uint64_t seq = 0) {
     reg_.count_reject(reason);
     reject_log.log("rejected a message (" + std::to_string(f.payload.size()) + " bytes): " + reason);
-    replies.push_back({&f, wire::encode(Ack{epoch, seq, AckStatus::kRejected, reason, now}), false});
+    replies.push_back({&f, Ack{epoch, seq, AckStatus::kRejected, reason, now}, false});
   };
   auto known = [&](const std::string& node, uint64_t epoch) {
     return hello_here.count({node, epoch}) || reg_.known(node, epoch);
@@ -292,8 +296,7 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
           auto& h = std::get<Hello>(d.message->body);
           store_.register_node(h, now);
           hello_here.emplace(h.node, h.epoch);
-          replies.push_back(
-              {&f, wire::encode(Ack{h.epoch, 0, AckStatus::kHelloOk, "", now_unix_ns()}), true});
+          replies.push_back({&f, Ack{h.epoch, 0, AckStatus::kHelloOk, "", now_unix_ns()}, true});
           applied.push_back({});
           applied.back().hello = std::move(h);
           break;
@@ -303,10 +306,10 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
           if (!known(b.node, b.epoch)) {
             unknown++;
             replies.push_back({&f,
-                               wire::encode(Ack{b.epoch, b.seq, AckStatus::kUnknownNode,
-                                                "unknown node '" + b.node + "' epoch " +
-                                                    std::to_string(b.epoch) + ": send HELLO, then resend",
-                                                now}),
+                               Ack{b.epoch, b.seq, AckStatus::kUnknownNode,
+                                   "unknown node '" + b.node + "' epoch " + std::to_string(b.epoch) +
+                                       ": send HELLO, then resend",
+                                   now},
                                false});
             break;
           }
@@ -318,10 +321,9 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
           t.counters = &b.counters;
           if (!fresh) dups++;
           if (fresh) group_bytes += f.compressed.size();
-          replies.push_back({&f,
-                             wire::encode(Ack{b.epoch, b.seq, fresh ? AckStatus::kOk : AckStatus::kDuplicate,
-                                              "", now_unix_ns()}),
-                             true});
+          replies.push_back(
+              {&f, Ack{b.epoch, b.seq, fresh ? AckStatus::kOk : AckStatus::kDuplicate, "", now_unix_ns()},
+               true});
           Applied a;
           a.seen_node = b.node;
           a.sent_ns = b.sent_ns;
@@ -340,10 +342,10 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
           if (!known(h.node, h.epoch)) {
             // Heartbeats carry no seq; seq 0 with kUnknownNode only makes the agent introduce itself again.
             unknown++;
-            replies.push_back({&f,
-                               wire::encode(Ack{h.epoch, 0, AckStatus::kUnknownNode,
-                                                "unknown node '" + h.node + "': send HELLO", now}),
-                               false});
+            replies.push_back(
+                {&f,
+                 Ack{h.epoch, 0, AckStatus::kUnknownNode, "unknown node '" + h.node + "': send HELLO", now},
+                 false});
             break;
           }
           touches[h.node].counters = &h.counters;

@@ -50,9 +50,9 @@ class Ingest {
 
  private:
   struct Frame;
-  struct Reply {  // an ACK for the ingest thread to send
+  struct Reply {  // an ACK for the ingest thread to encode and send
     zmq::message_t identity;
-    std::string ack;
+    Ack ack;
   };
   void prepare(Frame& f);                                 // decode + encode + compress, on the pool
   std::vector<Reply> process(std::vector<Frame>& group);  // committer: store, commit; the ACKs to send

@@ -3,13 +3,32 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <vector>
 
 namespace netprism::daemon {
+
+namespace {
+// A pool thread's arena holds what the pipeline keeps from it: the compressed batches queued for the live
+// analysis until its next pass (~18 B per flowlet, at most ~18 MB at the analysis' default bound) and the
+// transient decode/encode buffers.
+constexpr std::size_t kPoolHeapReserve = 32u << 20;
+}  // namespace
+
+void reserve_thread_heap(std::size_t bytes) {
+  // Blocks below the mmap threshold (16 MiB, set by Ingest), so they come from the arena; a thread's arena
+  // holds at most 64 MiB per heap, so stay well below that.
+  constexpr std::size_t kBlock = 8u << 20;
+  std::vector<void*> blocks;
+  for (std::size_t got = 0; got < bytes; got += kBlock) blocks.push_back(std::malloc(kBlock));
+  for (void* p : blocks) std::free(p);  // back to the arena's top: trimmed only above M_TRIM_THRESHOLD
+}
 
 WorkerPool::WorkerPool(std::size_t threads, Work work, const char* name) : work_(std::move(work)) {
   for (std::size_t i = 0; i < std::max<std::size_t>(threads, 1); ++i)
     threads_.emplace_back([this, name] {
       ::pthread_setname_np(::pthread_self(), name);
+      reserve_thread_heap(kPoolHeapReserve);
       loop();
     });
 }

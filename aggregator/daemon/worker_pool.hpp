@@ -25,6 +25,13 @@
 
 namespace netprism::daemon {
 
+// Grows the calling thread's malloc arena by about `bytes` at once (then frees it: the memory stays with
+// the arena, untouched, so it costs address space, not RSS). glibc grows a thread's arena (not the main
+// one) by exactly what each allocation lacks, with one mprotect() call per growth: a thread whose working
+// set grows page by page -- SQLite's page cache filling up on the committer, batches queued for the live
+// analysis on the pool -- makes a system call (and a memory-map update) per page while it grows.
+void reserve_thread_heap(std::size_t bytes);
+
 class WorkerPool {
  public:
   using Work = std::function<void(uint64_t seq)>;
