@@ -38,8 +38,8 @@ struct Settings {
   // 17.6 vs 18.4 B/record).
   int64_t zstd_level = -1;
   int64_t max_message_bytes = 64LL << 20;  // the wire codec's own default limit
-  // Threads that decode and compress incoming batches (the ingest thread included); 0: one per core, at
-  // most 4 (beyond that the single SQLite writer is the limit).
+  // Threads that decode and compress incoming batches (the ingest pool; the receiving thread only moves
+  // messages); 0: one per core, at most 4 (beyond that the single SQLite writer is the limit).
   int64_t ingest_threads = 0;
   std::string config;
 };
