@@ -510,9 +510,9 @@ Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structur
       // The window is three quarters of the step around this very slot (the spacing to the neighbouring
       // reference end on the side the group's end lies), never less than of the median step. A group's
       // synchronisation of iteration k ends before the reference's of iteration k + 1 (every stage's next
-      // backward pass waits for its optimizer step), so when a fault lengthens the steps the group may lag the
-      // reference by more than the median step of a run that was faster before: the local step still holds
-      // it, and a group end paired one synchronisation off (a step away) still falls outside.
+      // backward pass waits for its optimizer step), so when a fault lengthens the steps the group may lag
+      // the reference by more than the median step of a run that was faster before: the local step still
+      // holds it, and a group end paired one synchronisation off (a step away) still falls outside.
       auto span = [&](size_t k, bool after) {
         double d = T;
         if (after && k + 1 < refb.size()) d = static_cast<double>(refb[k + 1] - refb[k]);
