@@ -82,7 +82,9 @@ TEST(AnalysisDiagnosis, BenignPauseOfEveryRankIsNoStragglerNorSlowLink) {
   EXPECT_EQ(slow[0].first_iteration, 5);
 }
 
-TEST(AnalysisDiagnosis, SlowLinkNamesAPairWithTheNode) {
+namespace {
+// DP2 x PP2 whose node n2 sends 8x slower from iteration 6.
+synth::Spec slow_link_spec() {
   synth::Spec s;
   s.dp = 2;
   s.pp = 2;
@@ -90,7 +92,12 @@ TEST(AnalysisDiagnosis, SlowLinkNamesAPairWithTheNode) {
   s.slow_node = 2;
   s.slow_factor = 8;
   s.slow_from = 6;
-  Job j = run(s);
+  return s;
+}
+}  // namespace
+
+TEST(AnalysisDiagnosis, SlowLinkNamesAPairWithTheNode) {
+  Job j = run(slow_link_spec());
   auto f = of_kind(j, "slow_link");
   ASSERT_FALSE(f.empty());
   EXPECT_NE(f[0].subject.find("n2"), std::string::npos) << f[0].subject;
@@ -100,13 +107,7 @@ TEST(AnalysisDiagnosis, SlowLinkNamesAPairWithTheNode) {
 // With agents on both ends, a shaped link shows in the receiver's view: the sender's data leaves in quick
 // bursts (as its congestion window allows, before the shaper's queue) and trickles in at the link's rate.
 TEST(AnalysisDiagnosis, SlowLinkIsReadFromArrivalsWhereTheReceiverSawThem) {
-  synth::Spec s;
-  s.dp = 2;
-  s.pp = 2;
-  s.iters = 14;
-  s.slow_node = 2;
-  s.slow_factor = 8;
-  s.slow_from = 6;
+  synth::Spec s = slow_link_spec();
   s.both_observers = true;
   Input in;
   synth::generate(s, in);
