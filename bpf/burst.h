@@ -132,10 +132,30 @@ static __always_inline void np_burst_start(struct np_burst* b, const struct np_p
   b->pad0 = 0;
 }
 
+/* True for a TCP segment without payload (a pure ACK, or a bare SYN/FIN/RST). */
+static __always_inline bool np_pure_ack(const struct np_pkt* p) {
+  return p->key.proto == NP_PROTO_TCP && p->payload == 0;
+}
+
+/* A burst's times are those of its data. A TCP direction that carries data also carries the ACKs of the
+ * opposite direction's data, and on a slow or shaped link those keep coming long after this direction's
+ * last byte: timed by them, a burst would end when the *other* side's data was acknowledged, which is what
+ * made a receiver's view of a synchronisation end tens of ms late. So once a burst has payload, a pure ACK is
+ * counted (packets, bytes, flags) but moves neither end; an ACK after an idle gap in the data still closes it
+ * (the data is idle, whatever the ACKs do), and a burst of ACKs alone is timed by its ACKs until data joins,
+ * when it restarts its clock at that data (its ACKs stay counted in it). */
 static __always_inline void np_burst_add(struct np_burst* b, const struct np_pkt* p, __u64 now, __u32 segs,
                                          __u64 bytes) {
-  /* Packets of one flow can reach the lock out of timestamp order across CPUs: keep last_ns monotonic. */
-  if ((__s64)(now - b->last_ns) > 0) b->last_ns = now;
+  if (np_pure_ack(p)) {
+    /* Counted below; an ACK-only burst is timed by its ACKs. */
+    if (b->payload_bytes == 0 && (__s64)(now - b->last_ns) > 0) b->last_ns = now;
+  } else if (b->payload_bytes == 0 && p->payload != 0 && p->key.proto == NP_PROTO_TCP) {
+    b->first_ns = now; /* the first data of an ACK-only burst */
+    b->last_ns = now;
+  } else if ((__s64)(now - b->last_ns) > 0) {
+    /* Packets of one flow can reach the lock out of timestamp order across CPUs: keep last_ns monotonic. */
+    b->last_ns = now;
+  }
   b->packets += segs;
   b->bytes += bytes;
   b->payload_bytes += p->payload;

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "stages.hpp"
 
@@ -374,12 +375,24 @@ std::vector<Finding> diagnose(const Normalized& n, const JobSlice& job, const St
     };
     // Rates gathered through a hash index (a tree lookup per transfer costs a log factor on large jobs),
     // then moved into an ordered map so findings come out in a fixed order.
+    //
+    // A direction's rate is read from the receiver's view where its agent saw the data arrive: on a shaped or
+    // congested link the sender's data leaves as fast as its congestion window allows and queues on the way,
+    // so its departures come in quick bursts while the arrivals trickle in at the link's rate. Without
+    // arrivals (CSV imports, a receiver without an agent) the sender's view is all there is.
+    auto key_of = [](const Xfer& x) { return uint64_t{x.src} << 32 | x.dst; };
+    std::unordered_set<uint64_t> arriving;
+    for (const Xfer& x : job.arrivals) arriving.insert(key_of(x));
+    std::vector<const Xfer*> rated;  // each direction's transfers in the view its rate is read from
+    for (const auto* list : {&job.arrivals, &job.xfers})
+      for (const Xfer& x : *list)
+        if ((list == &job.arrivals) == (arriving.count(key_of(x)) > 0)) rated.push_back(&x);
     std::unordered_map<uint64_t, Link> by_key;
-    for (const Xfer& x : job.xfers) {
-      if (x.bytes < kRateMinBytes || x.t1 <= x.t0) continue;
-      Link& l = by_key[uint64_t{x.src} << 32 | x.dst];
-      l.role = s.stage_of[x.src] == s.stage_of[x.dst] ? EdgeRole::dp : EdgeRole::pp;
-      l.rates.push_back(static_cast<double>(x.bytes) / static_cast<double>(x.t1 - x.t0));
+    for (const Xfer* x : rated) {
+      if (x->bytes < kRateMinBytes || x->t1 <= x->t0) continue;
+      Link& l = by_key[key_of(*x)];
+      l.role = s.stage_of[x->src] == s.stage_of[x->dst] ? EdgeRole::dp : EdgeRole::pp;
+      l.rates.push_back(static_cast<double>(x->bytes) / static_cast<double>(x->t1 - x->t0));
     }
     std::map<std::pair<uint32_t, uint32_t>, Link> links;
     for (auto& [k, l] : by_key)
@@ -405,10 +418,14 @@ std::vector<Finding> diagnose(const Normalized& n, const JobSlice& job, const St
       double onset = std::min(kSlowLinkRatio * ref, std::sqrt(med_rate[k] * ref));
       std::vector<char> flags;
       std::vector<uint64_t> times;
-      for (const Xfer& x : job.xfers)
-        if (x.src == k.first && x.dst == k.second && x.bytes >= kRateMinBytes && x.t1 > x.t0) {
-          flags.push_back(static_cast<double>(x.bytes) / static_cast<double>(x.t1 - x.t0) < onset);
-          times.push_back(x.t0);
+      std::vector<const Xfer*> own;  // this direction's, in time order (arrivals and departures are each)
+      for (const Xfer* x : rated)
+        if (x->src == k.first && x->dst == k.second) own.push_back(x);
+      std::sort(own.begin(), own.end(), [](const Xfer* a, const Xfer* b) { return a->t0 < b->t0; });
+      for (const Xfer* x : own)
+        if (x->bytes >= kRateMinBytes && x->t1 > x->t0) {
+          flags.push_back(static_cast<double>(x->bytes) / static_cast<double>(x->t1 - x->t0) < onset);
+          times.push_back(x->t0);
         }
       int fr = first_run(flags);
       uint64_t start = fr >= 0 ? times[static_cast<size_t>(fr)] : times.front();
@@ -426,10 +443,10 @@ std::vector<Finding> diagnose(const Normalized& n, const JobSlice& job, const St
       // What-if: the extra transfer time at the comparable rate, removed from the step.
       double extra = 0;
       size_t cnt = 0;
-      for (const Xfer& x : job.xfers)
-        if (x.src == k.first && x.dst == k.second && x.t1 > x.t0) {
-          double at_ref = static_cast<double>(x.bytes) / ref;
-          extra += std::max(0.0, static_cast<double>(x.t1 - x.t0) - at_ref);
+      for (const Xfer* x : own)
+        if (x->t1 > x->t0) {
+          double at_ref = static_cast<double>(x->bytes) / ref;
+          extra += std::max(0.0, static_cast<double>(x->t1 - x->t0) - at_ref);
           ++cnt;
         }
       if (iters > 0 && step > 0) {

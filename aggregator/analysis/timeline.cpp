@@ -507,11 +507,24 @@ Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structur
           best_shift = sh;
         }
       }
+      // The window is three quarters of the step around this very slot (the spacing to the neighbouring
+      // reference end on the side the group's end lies), never less than of the median step. A group's
+      // synchronisation of iteration k ends before the reference's of iteration k + 1 (every stage's next
+      // backward pass waits for its optimizer step), so when a fault lengthens the steps the group may lag
+      // the reference by more than the median step of a run that was faster before: the local step still
+      // holds it, and a group end paired one synchronisation off (a step away) still falls outside.
+      auto span = [&](size_t k, bool after) {
+        double d = T;
+        if (after && k + 1 < refb.size()) d = static_cast<double>(refb[k + 1] - refb[k]);
+        if (!after && k > 0) d = static_cast<double>(refb[k] - refb[k - 1]);
+        return std::max(d, T);
+      };
       for (size_t k = 0; k < refb.size(); ++k) {
         long j = static_cast<long>(k) + best_shift;
         if (j < 0 || j >= static_cast<long>(E.size())) continue;
         uint64_t e = E[static_cast<size_t>(j)];
-        if (std::fabs(static_cast<double>(e) - static_cast<double>(refb[k])) > 0.75 * T) continue;
+        if (std::fabs(static_cast<double>(e) - static_cast<double>(refb[k])) > 0.75 * span(k, e > refb[k]))
+          continue;
         group_end[g][k] = e;
       }
       // A stretched synchronisation (a shaped link turns it into a trickle of partial bursts) ends with its

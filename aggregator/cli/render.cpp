@@ -136,9 +136,14 @@ std::string render_status(const json& doc, uint64_t now_ns) {
     out += "analysis: " + u(*an, "jobs") + " jobs, " + u(*an, "window_events") +
            " events in window, last run " +
            (un(*an, "last_run_ns") ? format_time(un(*an, "last_run_ns")) : std::string("never")) + "\n";
-  if (auto st = doc.find("store"); st != doc.end())
+  if (auto st = doc.find("store"); st != doc.end()) {
     out += "store: " + u(*st, "batches") + " batches, " + human_bytes(un(*st, "compressed_bytes")) +
            " compressed\n";
+    if (st->value("commit_failing", false))
+      out += "store: COMMITS FAILING since " + format_time(un(*st, "failing_since_ns")) + " (" +
+             u(*st, "failing_commits") + " in a row): " + st->value("last_error", std::string("?")) +
+             "; nothing is acknowledged meanwhile, the agents keep their batches\n";
+  }
   return out;
 }
 

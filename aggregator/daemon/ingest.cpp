@@ -372,10 +372,10 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
     committed = true;
   } catch (const std::exception& e) {
     // Nothing of this group is stored: no ACK goes out, so the agents resend (their batches wait for ACKs).
-    reg_.with_counters([](IngestCounters& c) { c.commit_failures++; });
-    log_line(std::string("store commit failed, ") + std::to_string(group.size()) +
-             " messages left unacknowledged: " + e.what());
+    if (auto line = reg_.on_commit(false, e.what(), group.size(), now); !line.empty()) log_line(line);
   }
+  if (committed)
+    if (auto line = reg_.on_commit(true, "", 0, now); !line.empty()) log_line(line);
 
   uint64_t stored = 0, records = 0;
   if (committed) {

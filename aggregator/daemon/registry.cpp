@@ -116,11 +116,46 @@ nlohmann::json Registry::status(uint64_t now_ns, uint64_t connected_timeout_ns) 
                            {"commit_failures", c.commit_failures},
                            {"records_stored", c.records_stored},
                            {"retention_deleted_batches", c.retention_deleted}};
+  // Failing: the last commit failed, or one did within the recovery time (see on_commit).
+  bool failing = c.failing_since_ns != 0 &&
+                 (c.last_failure_ns >= c.last_success_ns || now_ns < c.last_failure_ns + kCommitRecoveryNs);
+  nlohmann::json store = {
+      {"batches", c.store_batches}, {"compressed_bytes", c.store_bytes}, {"commit_failing", failing}};
+  if (failing) {
+    store["failing_since_ns"] = c.failing_since_ns;
+    store["failing_commits"] = c.failing_commits;
+    store["last_error"] = c.last_commit_error;
+  }
   return {{"agents", agents},
           {"records_total", total},
           {"ingest", ingest},
-          {"store", {{"batches", c.store_batches}, {"compressed_bytes", c.store_bytes}}},
+          {"store", std::move(store)},
           {"now_ns", now_ns}};
+}
+
+std::string Registry::on_commit(bool ok, const std::string& error, std::size_t messages, uint64_t now_ns) {
+  std::lock_guard lk(mu_);
+  auto& c = counters_;
+  if (ok) {
+    c.last_success_ns = now_ns;
+    if (!c.failing_since_ns || now_ns < c.last_failure_ns + kCommitRecoveryNs) return "";
+    std::string line = "store commits succeed again after " + std::to_string(c.failing_commits) +
+                       " failed ones; the agents have resent what was not acknowledged";
+    c.failing_since_ns = 0;
+    c.failing_commits = 0;
+    c.last_commit_error.clear();
+    return line;
+  }
+  c.commit_failures++;
+  c.last_failure_ns = now_ns;
+  if (!c.failing_since_ns) c.failing_since_ns = now_ns ? now_ns : 1;
+  c.last_commit_error = error;
+  if (c.failing_commits++ % kCommitFailureLogEvery != 0) return "";
+  return "store commit failed, " + std::to_string(messages) +
+         " messages left unacknowledged (the agents keep and resend them): " + error + " (" +
+         std::to_string(c.failing_commits) + " failed commits in this failing period" +
+         (c.failing_commits > 1 ? "; logged every " + std::to_string(kCommitFailureLogEvery) + "th" : "") +
+         ")";
 }
 
 std::map<std::string, std::string> Registry::addr_nodes() const {

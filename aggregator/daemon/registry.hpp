@@ -26,6 +26,13 @@ struct IngestCounters {
   uint64_t heartbeats = 0;
   uint64_t rejected = 0;
   uint64_t commit_failures = 0;
+  // The store's health as the committer last saw it: a streak of failed commits (a full disk, a read-only
+  // or vanished data dir) and its first and last error. Nothing is acknowledged meanwhile, so the agents keep
+  // their batches; `status` says so instead of leaving operators to find it in the log.
+  uint64_t failing_since_ns = 0;  // 0: healthy (see Registry::on_commit)
+  uint64_t failing_commits = 0;   // failed commits since then
+  uint64_t last_failure_ns = 0, last_success_ns = 0;
+  std::string last_commit_error;
   uint64_t records_stored = 0;
   uint64_t retention_deleted = 0;
   uint64_t store_batches = 0;  // running totals of the store (counted once at start, then kept up to date)
@@ -45,6 +52,15 @@ class Registry {
   int64_t on_seen(const std::string& node, uint64_t sent_ns, uint64_t now_ns, const Counters* counters,
                   uint64_t add_records);
   void count_reject(const std::string& reason);
+  // One commit's outcome. Returns the log line to write, or "" when this one is not worth a line. A failure
+  // starts a failing period; it ends with the first successful commit kCommitRecoveryNs after the last
+  // failure: a nearly full disk lets commits through between failures (a checkpoint frees WAL space), and
+  // without that hysteresis every such flap would log twice. The period's first failure, every
+  // kCommitFailureLogEvery-th after it (a full disk fails several commits per second) and its end are logged;
+  // commit_failures counts every one.
+  std::string on_commit(bool ok, const std::string& error, std::size_t messages, uint64_t now_ns);
+  static constexpr uint64_t kCommitFailureLogEvery = 100;
+  static constexpr uint64_t kCommitRecoveryNs = 5'000'000'000ull;
   template <class Fn>
   void with_counters(Fn&& fn) {
     std::lock_guard lk(mu_);

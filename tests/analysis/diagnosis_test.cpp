@@ -1,6 +1,7 @@
 // Stage 5: findings and job state on synthetic faults; healthy and benign runs give no finding.
 #include <gtest/gtest.h>
 
+#include "netprism/flowlet.h"
 #include "synth.hpp"
 
 using namespace netprism::analysis;
@@ -81,7 +82,9 @@ TEST(AnalysisDiagnosis, BenignPauseOfEveryRankIsNoStragglerNorSlowLink) {
   EXPECT_EQ(slow[0].first_iteration, 5);
 }
 
-TEST(AnalysisDiagnosis, SlowLinkNamesAPairWithTheNode) {
+namespace {
+// DP2 x PP2 whose node n2 sends 8x slower from iteration 6.
+synth::Spec slow_link_spec() {
   synth::Spec s;
   s.dp = 2;
   s.pp = 2;
@@ -89,11 +92,35 @@ TEST(AnalysisDiagnosis, SlowLinkNamesAPairWithTheNode) {
   s.slow_node = 2;
   s.slow_factor = 8;
   s.slow_from = 6;
-  Job j = run(s);
+  return s;
+}
+}  // namespace
+
+TEST(AnalysisDiagnosis, SlowLinkNamesAPairWithTheNode) {
+  Job j = run(slow_link_spec());
   auto f = of_kind(j, "slow_link");
   ASSERT_FALSE(f.empty());
   EXPECT_NE(f[0].subject.find("n2"), std::string::npos) << f[0].subject;
   EXPECT_TRUE(f[0].whatif_step_time_ms);
+}
+
+// With agents on both ends, a shaped link shows in the receiver's view: the sender's data leaves in quick
+// bursts (as its congestion window allows, before the shaper's queue) and trickles in at the link's rate.
+TEST(AnalysisDiagnosis, SlowLinkIsReadFromArrivalsWhereTheReceiverSawThem) {
+  synth::Spec s = slow_link_spec();
+  s.both_observers = true;
+  Input in;
+  synth::generate(s, in);
+  // The slow node's departures as its egress hook sees them: a twentieth of the time on the wire.
+  for (auto& e : in.events)
+    if (e.dir == NP_DIR_EGRESS && e.src == synth::node_addr(s, 2))
+      e.last_ns = e.first_ns + (e.last_ns - e.first_ns) / 20;
+  auto r = analyze(in);
+  ASSERT_EQ(r.jobs.size(), 1u);
+  auto f = of_kind(r.jobs[0], "slow_link");
+  ASSERT_FALSE(f.empty());
+  EXPECT_NE(f[0].subject.find("n2"), std::string::npos) << f[0].subject;
+  EXPECT_NE(f[0].evidence.find("MB/s"), std::string::npos);
 }
 
 TEST(AnalysisDiagnosis, HangDetectedLiveWithinTheBoundAndNotBefore) {

@@ -115,6 +115,63 @@ TEST_F(ProbeBurst, GapCutEmitsTheFinishedBurstAndFlushEmitsTheLast) {
   }
 }
 
+// A TCP direction carrying data also carries the ACKs of the other direction's data; on a shaped link they
+// go on long after its own last byte. A burst is timed by its data (see np_burst_add).
+TEST_F(ProbeBurst, PureAcksAreCountedButDoNotMoveADataBurstsEnd) {
+  thresholds(40 * kMs, 60 * kSec);
+  uint64_t t0 = monotonic_now_ns();
+  run(tcp_pkt(6, 100));
+  uint64_t t1 = monotonic_now_ns();
+  std::this_thread::sleep_for(10ms);  // < the 40 ms gap: the ACK joins the burst
+  run(tcp_pkt(6, 0), 3);
+  auto flows = dump_flows(*probe_);
+  ASSERT_EQ(flows.size(), 1u);
+  const auto& b = flows[0].second.b;
+  EXPECT_EQ(b.packets, 4u);
+  EXPECT_EQ(b.payload_bytes, 100u);
+  EXPECT_GE(b.first_ns, t0);
+  EXPECT_LE(b.last_ns, t1) << "the ACKs 10 ms later must not extend the data's end";
+  EXPECT_TRUE(drain().empty());
+  // An ACK after an idle gap in the data closes the burst even though ACKs kept the flow busy.
+  std::this_thread::sleep_for(35ms);
+  run(tcp_pkt(6, 0));  // 45 ms after the data: > gap
+  auto got = drain();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].end_reason, NP_END_GAP);
+  EXPECT_EQ(got[0].packets, 4u);
+  EXPECT_LE(got[0].last_ns, t1);
+}
+
+TEST_F(ProbeBurst, AnAckOnlyBurstRestartsItsClockAtItsFirstData) {
+  thresholds(1 * kSec, 60 * kSec);
+  run(tcp_pkt(7, 0), 2);  // ACKs alone: timed by themselves
+  std::this_thread::sleep_for(10ms);
+  uint64_t before_data = monotonic_now_ns();
+  run(tcp_pkt(7, 200));
+  run(tcp_pkt(7, 0));  // and an ACK after the data: counted, not timed
+  uint64_t after_data = monotonic_now_ns();
+  auto flows = dump_flows(*probe_);
+  ASSERT_EQ(flows.size(), 1u);
+  const auto& b = flows[0].second.b;
+  EXPECT_EQ(b.packets, 4u) << "the ACKs before the data stay counted in the burst";
+  EXPECT_EQ(b.payload_bytes, 200u);
+  EXPECT_GE(b.first_ns, before_data) << "the burst's time span is its data's";
+  EXPECT_LE(b.last_ns, after_data);
+  // UDP has no ACKs: a zero-length datagram is timed like any other packet.
+  auto udp = [](std::size_t payload) {
+    return PacketBuilder().eth().ipv4("10.5.0.1", "10.5.0.2").udp(7000, 7001).payload(payload).build();
+  };
+  run(udp(100));
+  std::this_thread::sleep_for(5ms);
+  uint64_t before_empty = monotonic_now_ns();
+  run(udp(0));
+  for (const auto& [key, st] : dump_flows(*probe_)) {
+    if (key.proto == NP_PROTO_UDP) {
+      EXPECT_GE(st.b.last_ns, before_empty);
+    }
+  }
+}
+
 TEST_F(ProbeBurst, LongBurstIsCutAtMaxDuration) {
   thresholds(10 * kSec, 2 * kMs);
   run(tcp_pkt(3));

@@ -58,7 +58,7 @@ LIVE = ["dp2pp2tp2_1f1b", "two_jobs", "straggler", "slowlink", "hang", "pause"]
 # fault kind) inside its time budget. A scenario with an open accuracy gap moves its entry to "campaign",
 # with the reason beside it, so that the default suite stays a green/red signal.
 SUITE = {name: {"analyze": "campaign", "sample": "default",
-                "live": "default" if name in ("dp2pp2tp2_1f1b", "straggler", "hang", "pause") else "campaign"}
+                "live": "default" if name in ("dp2pp2tp2_1f1b", "straggler", "slowlink", "hang", "pause") else "campaign"}
          for name in SCENARIOS}
 
 
