@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <set>
@@ -34,12 +35,12 @@ constexpr int kRejectLogPerSecond = 10;
 
 struct Ingest::Frame {
   zmq::message_t identity;
-  zmq::message_t payload;
+  zmq::message_t payload;  // released once decoded (size() kept in payload_bytes)
+  std::size_t payload_bytes = 0;
   std::size_t parts = 0;  // payload frames received (more than one is malformed; extras are discarded)
   // Filled in parallel before the ordered, transactional part:
   wire::DecodeResult decoded;
-  std::string compressed;  // zstd of the payload, for batches
-  std::string encoded;     // the batch's stored encoding before zstd, for the live analysis
+  std::string compressed;  // the batch as stored (zstd of its column encoding), exactly sized
   store::BatchSpan span;   // of the batch
   bool compress_failed = false;
   std::string_view bytes() const { return {static_cast<const char*>(payload.data()), payload.size()}; }
@@ -52,8 +53,8 @@ Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalys
       store_(s.data_dir, store::Db::Mode::kReadWrite, static_cast<int>(s.zstd_level)),
       checkpointer_(store_.db(), store::Store::resolve(s.data_dir)),
       router_(ctx, zmq::socket_type::router),
-      pool_(std::make_unique<WorkerPool>(s.ingest_threads > 1 ? static_cast<std::size_t>(s.ingest_threads - 1)
-                                                              : 0)) {
+      ring_(kGroupMessages) {
+  limits_.max_message_bytes = static_cast<std::size_t>(s.max_message_bytes);
   // Every group allocates and frees its messages, decoded records and compressed copies (a few MB at
   // ingest rates); glibc's defaults hand that memory back to the kernel after each group (heap trim above
   // 128 KiB free, mmap for large blocks) and fault it in again, zero-filled, for the next one -- ~20 page
@@ -72,16 +73,16 @@ Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalys
   // 16 Ki small ACKs of memory.
   router_.set(zmq::sockopt::sndhwm, static_cast<int>(16 * kGroupMessages));
   router_.bind(s.listen);
+  // Every decode/compress thread is a pool thread now (the ingest thread only moves messages).
+  pool_ = std::make_unique<WorkerPool>(static_cast<std::size_t>(std::max<int64_t>(s.ingest_threads, 1)),
+                                       [this](uint64_t seq) { prepare(ring_[seq % ring_.size()]); });
   committer_ = std::thread([this] { commit_loop(); });
 }
 
 Ingest::~Ingest() {
   if (committer_.joinable()) {
-    {
-      std::lock_guard lk(mu_);
-      draining_ = true;
-    }
-    commit_cv_.notify_one();
+    draining_ = true;
+    pool_->poke();
     committer_.join();
   }
 }
@@ -105,20 +106,21 @@ void EventFd::clear() {
 
 void Ingest::run(std::stop_token stop) {
   ::pthread_setname_np(::pthread_self(), "np-ingest");  // names show in top -H / perf: who spends what
-  // Stage 1 (this thread, with the pool): receive, decode, encode and compress, then queue for the
-  // committer. Stage 2 (committer thread): store, commit (fsync), then hand the ACKs back. While one commit
-  // waits on the disk, this thread keeps receiving and preparing what arrives, and the next commit takes
-  // everything prepared meanwhile. Groups are committed in arrival order, and an ACK still leaves only
-  // after the commit that made its batch durable.
-  std::vector<Frame> next;
+  // This thread only moves messages: it receives each one into the ring and hands it to the pool at once,
+  // and sends ACKs as soon as the committer hands them over (it never waits on a decode or a commit, so an
+  // ACK leaves right after the commit that made its batch durable). The pool prepares messages while the
+  // committer's previous commit waits on the disk, and the next commit takes everything prepared
+  // meanwhile, in arrival order.
   while (!stop.stop_requested()) {
-    bool room;
+    std::size_t room_messages, room_bytes;
     {
       std::lock_guard lk(mu_);
-      room = pending_messages_ < kGroupMessages && pending_bytes_ < kGroupBytes;
+      room_messages = kGroupMessages - pending_messages_;
+      room_bytes = pending_bytes_ < kGroupBytes ? kGroupBytes - pending_bytes_ : 0;
     }
+    const bool room = room_messages > 0 && room_bytes > 0;
     // Without room, only the committer's wake-up is waited for: messages stay in ZeroMQ's queues (bounded
-    // by its high-water marks), so memory stays bounded by two groups however fast agents send.
+    // by its high-water marks), so memory stays bounded by the pipeline's bounds however fast agents send.
     zmq::pollitem_t items[] = {{router_.handle(), 0, static_cast<short>(room ? ZMQ_POLLIN : 0), 0},
                                {nullptr, wake_.fd(), ZMQ_POLLIN, 0}};
     zmq::poll(items, 2, std::chrono::milliseconds(100));
@@ -126,10 +128,12 @@ void Ingest::run(std::stop_token stop) {
       wake_.clear();
       send_acks();
     }
-    if (!room) continue;
-    std::size_t bytes = 0;
-    while (next.size() < kGroupMessages && bytes < kGroupBytes) {
-      Frame f;
+    // Everything queued now (within the bounds), handed to the pool in one go: one wake-up per burst
+    // rather than per message (context switches are a visible cost on a busy machine).
+    std::size_t n = 0, bytes = 0;
+    for (; n < room_messages && bytes < room_bytes; ++n) {
+      Frame& f = ring_[(received_ + n) % ring_.size()];
+      f = Frame{};  // the committer moved the slot's last message out
       if (!router_.recv(f.identity, zmq::recv_flags::dontwait)) break;
       // A ROUTER message is identity + payload frames; read every frame so the next message starts clean.
       while (router_.get(zmq::sockopt::rcvmore)) {
@@ -137,26 +141,21 @@ void Ingest::run(std::stop_token stop) {
         (void)router_.recv(part, zmq::recv_flags::none);
         if (++f.parts == 1) f.payload = std::move(part);
       }
-      bytes += f.payload.size();
-      next.push_back(std::move(f));
+      f.payload_bytes = f.payload.size();
+      bytes += f.payload_bytes;
     }
-    if (next.empty()) continue;
-    prepare(next);  // the pool and this thread
+    if (n == 0) continue;
     {
-      std::lock_guard lk(mu_);
-      pending_messages_ += next.size();
+      std::lock_guard lk(mu_);  // counted before the committer can see them
+      pending_messages_ += n;
       pending_bytes_ += bytes;
-      for (auto& f : next) queued_.push_back(std::move(f));
     }
-    next.clear();
-    commit_cv_.notify_one();
+    received_ += n;
+    pool_->submit(n);
   }
-  // Stop: the committer commits what is queued, then ends; its last ACKs go out before the socket closes.
-  {
-    std::lock_guard lk(mu_);
-    draining_ = true;
-  }
-  commit_cv_.notify_one();
+  // Stop: the committer commits what was received, then ends; its last ACKs go out before the socket closes.
+  draining_ = true;
+  pool_->poke();
   committer_.join();
   send_acks();
 }
@@ -171,64 +170,77 @@ void Ingest::send_acks() {
     // A vanished peer makes these sends fail or drop (ROUTER discards what it cannot route); the agent then
     // resends and gets kDuplicate, so nothing is lost.
     if (!router_.send(r.identity, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) continue;
-    (void)router_.send(zmq::buffer(r.ack), zmq::send_flags::dontwait);
+    // Encoded here rather than by the committer: it is on the critical path (every commit's ACKs wait for
+    // it), this thread mostly waits in poll().
+    (void)router_.send(zmq::buffer(wire::encode(r.ack)), zmq::send_flags::dontwait);
   }
 }
 
 void Ingest::commit_loop() {
   ::pthread_setname_np(::pthread_self(), "np-commit");
+  // SQLite's page cache (cache_size, store.cpp) fills this thread's arena page by page.
+  reserve_thread_heap(48u << 20);
   // First pass right at start: bounds changed in the config apply at once, not 30 s later.
   auto last_retention = std::chrono::steady_clock::now() - kRetentionEvery;
+  static const std::atomic<bool> kNever{false};
   for (;;) {
     if (std::chrono::steady_clock::now() - last_retention >= kRetentionEvery) {
       last_retention = std::chrono::steady_clock::now();
       retention();
     }
-    std::vector<Frame> group;
-    {
-      std::unique_lock lk(mu_);
-      // The timeout only lets retention run on an idle daemon.
-      commit_cv_.wait_for(lk, std::chrono::seconds(1), [&] { return !queued_.empty() || draining_; });
-      if (queued_.empty() && draining_) return;
-      group.swap(queued_);
+    // The timeout only lets retention run on an idle daemon. Draining: everything received is committed
+    // before this thread ends (the ingest thread has stopped receiving by then).
+    const bool draining = draining_;
+    uint64_t ready =
+        pool_->wait_ready(taken_, draining ? std::chrono::milliseconds(10) : std::chrono::seconds(1),
+                          draining ? kNever : draining_);
+    if (ready == taken_) {
+      if (draining && taken_ == pool_->submitted()) return;
+      continue;
     }
-    if (group.empty()) continue;
+    const std::size_t n = static_cast<std::size_t>(std::min<uint64_t>(ready - taken_, kGroupMessages));
+    std::vector<Frame> group;
+    group.reserve(n);
     std::size_t bytes = 0;
-    for (auto& f : group) bytes += f.payload.size();
+    for (std::size_t i = 0; i < n; ++i) {
+      group.push_back(std::move(ring_[(taken_ + i) % ring_.size()]));
+      bytes += group.back().payload_bytes;
+    }
+    taken_ += n;
     auto replies = process(group);
     {
       std::lock_guard lk(mu_);
       for (auto& r : replies) acks_.push_back(std::move(r));
-      pending_messages_ -= group.size();
+      pending_messages_ -= n;
       pending_bytes_ -= bytes;
     }
     wake_.signal();
   }
 }
 
-void Ingest::prepare(std::vector<Frame>& group) {
-  // Decode and compress every message (pure per-message work; the rest stays in order in process()).
-  wire::DecodeLimits limits;
-  limits.max_message_bytes = static_cast<std::size_t>(s_.max_message_bytes);
-  const int level = static_cast<int>(s_.zstd_level);
-  pool_->parallel_for(group.size(), [&group, limits, level](std::size_t i) {
-    Frame& f = group[i];
-    if (f.parts != 1) return;
-    f.decoded = wire::decode(f.bytes(), limits);
-    if (f.decoded && f.decoded.message->type == MsgType::kBatch) {
-      // Stored column-encoded (batch_codec.hpp), from the batch just decoded: smaller and several times
-      // cheaper to compress than the wire bytes.
-      auto& b = std::get<Batch>(f.decoded.message->body);
-      thread_local std::string scratch;  // per pool thread, reused across batches
-      f.compress_failed = !store::compress_stored(b, level, f.compressed, scratch, &f.encoded);
-      f.span = store::span_of(b);
-      // Nothing reads the decoded flowlets past this point: the store takes the compressed copy and the
-      // live analysis the encoding (~26 B per flowlet instead of 112). Freed here, their memory is what
-      // this thread's next decode reuses, warm. Held until the analysis' next pass (up to a second of
-      // ingest), every decode wrote to fresh pages: ~20 % of the decode threads' CPU went to page faults.
-      std::vector<Flowlet>().swap(b.flowlets);
-    }
-  });
+void Ingest::prepare(Frame& f) {
+  // Decode and compress one message (pure per-message work; the rest stays in order in process()).
+  if (f.parts != 1) return;
+  f.decoded = wire::decode(f.bytes(), limits_);
+  // Nothing reads the message bytes after the decode (the decoded copy holds every field): released now
+  // rather than after the commit, so the ZeroMQ I/O thread's next messages reuse memory still in cache
+  // (held to the commit, the messages in flight cycled through ~3 MB, more than a core's L2).
+  f.payload = zmq::message_t();
+  if (f.decoded && f.decoded.message->type == MsgType::kBatch) {
+    // Stored column-encoded (batch_codec.hpp), from the batch just decoded: smaller and several times
+    // cheaper to compress than the wire bytes. Compressed into a per-thread buffer and copied out exactly
+    // sized: after the commit the same bytes go to the live analysis, which holds them until its next pass.
+    auto& b = std::get<Batch>(f.decoded.message->body);
+    thread_local std::string scratch, zbuf;  // per pool thread, reused across batches
+    f.compress_failed = !store::compress_stored(b, static_cast<int>(s_.zstd_level), zbuf, scratch);
+    if (!f.compress_failed) f.compressed.assign(zbuf);
+    f.span = store::span_of(b);
+    // Nothing reads the decoded flowlets past this point: the store and then the live analysis take the
+    // compressed copy (~18 B per flowlet instead of 112). Freed here, their memory is what this thread's
+    // next decode reuses, warm. Held until the analysis' next pass (up to a second of ingest), every
+    // decode wrote to fresh pages: ~20 % of the decode threads' CPU went to page faults.
+    std::vector<Flowlet>().swap(b.flowlets);
+  }
 }
 
 std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
@@ -236,7 +248,7 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
   const uint64_t now = now_unix_ns();
   struct Pending {
     Frame* frame;
-    std::string ack;
+    Ack ack;
     bool needs_commit;  // only sent if the transaction committed
   };
   struct Applied {  // registry/analysis updates that wait for the commit
@@ -245,7 +257,7 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
     uint64_t sent_ns = 0;
     const Counters* counters = nullptr;  // in the group's decoded message (alive until process() returns)
     uint64_t records = 0;                // newly stored records
-    std::string encoded;                 // a newly stored batch's encoding, for the live analysis
+    std::string stored;                  // a newly stored batch as stored, for the live analysis
     uint64_t analysis_records = 0;       // flowlets in it
     bool heartbeat = false;
     bool fresh = false;  // a batch stored now (not a duplicate)
@@ -265,8 +277,8 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
 
   auto reject = [&](Frame& f, const std::string& reason, uint64_t epoch = 0, uint64_t seq = 0) {
     reg_.count_reject(reason);
-    reject_log.log("rejected a message (" + std::to_string(f.payload.size()) + " bytes): " + reason);
-    replies.push_back({&f, wire::encode(Ack{epoch, seq, AckStatus::kRejected, reason, now}), false});
+    reject_log.log("rejected a message (" + std::to_string(f.payload_bytes) + " bytes): " + reason);
+    replies.push_back({&f, Ack{epoch, seq, AckStatus::kRejected, reason, now}, false});
   };
   auto known = [&](const std::string& node, uint64_t epoch) {
     return hello_here.count({node, epoch}) || reg_.known(node, epoch);
@@ -290,8 +302,7 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
           auto& h = std::get<Hello>(d.message->body);
           store_.register_node(h, now);
           hello_here.emplace(h.node, h.epoch);
-          replies.push_back(
-              {&f, wire::encode(Ack{h.epoch, 0, AckStatus::kHelloOk, "", now_unix_ns()}), true});
+          replies.push_back({&f, Ack{h.epoch, 0, AckStatus::kHelloOk, "", now_unix_ns()}, true});
           applied.push_back({});
           applied.back().hello = std::move(h);
           break;
@@ -301,25 +312,24 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
           if (!known(b.node, b.epoch)) {
             unknown++;
             replies.push_back({&f,
-                               wire::encode(Ack{b.epoch, b.seq, AckStatus::kUnknownNode,
-                                                "unknown node '" + b.node + "' epoch " +
-                                                    std::to_string(b.epoch) + ": send HELLO, then resend",
-                                                now}),
+                               Ack{b.epoch, b.seq, AckStatus::kUnknownNode,
+                                   "unknown node '" + b.node + "' epoch " + std::to_string(b.epoch) +
+                                       ": send HELLO, then resend",
+                                   now},
                                false});
             break;
           }
           if (f.compress_failed) throw store::SqliteError("zstd compression failed");
-          bool fresh = store_.insert_compressed(b, f.span, f.compressed, f.payload.size(), now);
+          bool fresh = store_.insert_compressed(b, f.span, f.compressed, f.payload_bytes, now);
           uint64_t records = fresh ? f.span.records : 0;
           auto& t = touches[b.node];
           t.records += records;
           t.counters = &b.counters;
           if (!fresh) dups++;
           if (fresh) group_bytes += f.compressed.size();
-          replies.push_back({&f,
-                             wire::encode(Ack{b.epoch, b.seq, fresh ? AckStatus::kOk : AckStatus::kDuplicate,
-                                              "", now_unix_ns()}),
-                             true});
+          replies.push_back(
+              {&f, Ack{b.epoch, b.seq, fresh ? AckStatus::kOk : AckStatus::kDuplicate, "", now_unix_ns()},
+               true});
           Applied a;
           a.seen_node = b.node;
           a.sent_ns = b.sent_ns;
@@ -327,7 +337,7 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
           a.records = records;
           a.fresh = fresh;
           if (fresh) {
-            a.encoded = std::move(f.encoded);
+            a.stored = std::move(f.compressed);  // the statement that bound it has been reset
             a.analysis_records = f.span.records;
           }
           applied.push_back(std::move(a));
@@ -338,10 +348,10 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
           if (!known(h.node, h.epoch)) {
             // Heartbeats carry no seq; seq 0 with kUnknownNode only makes the agent introduce itself again.
             unknown++;
-            replies.push_back({&f,
-                               wire::encode(Ack{h.epoch, 0, AckStatus::kUnknownNode,
-                                                "unknown node '" + h.node + "': send HELLO", now}),
-                               false});
+            replies.push_back(
+                {&f,
+                 Ack{h.epoch, 0, AckStatus::kUnknownNode, "unknown node '" + h.node + "': send HELLO", now},
+                 false});
             break;
           }
           touches[h.node].counters = &h.counters;
@@ -379,7 +389,7 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
         if (a.heartbeat) continue;
         if (a.fresh) stored++;
         records += a.records;
-        if (a.analysis_records > 0) live_.feed(std::move(a.encoded), a.analysis_records);
+        if (a.analysis_records > 0) live_.feed(std::move(a.stored), a.analysis_records);
       }
     }
   }

@@ -1,11 +1,14 @@
 // Agent ingest: a ZeroMQ ROUTER that decodes with limits, stores durably, then acknowledges.
 //
-// Group commit: every wake-up drains what is queued (bounded by count and bytes), applies it in one SQLite
-// transaction, commits (one WAL fsync), and only then sends the ACKs. Malformed frames are answered with
-// kRejected and a reason, counted by reason and logged (rate-limited); nothing a peer sends stops the loop.
+// Three stages (see run()): the ingest thread receives messages and sends ACKs; a pool decodes (with limits),
+// column-encodes and compresses each message as it arrives (worker_pool.hpp); the committer takes every
+// message prepared so far, in arrival order (bounded by count and bytes), applies them in one SQLite
+// transaction, commits (one WAL fsync), and only then hands their ACKs back. Malformed frames are answered
+// with kRejected and a reason, counted by reason and logged (rate-limited); nothing a peer sends stops the
+// loop.
 #pragma once
 
-#include <condition_variable>
+#include <atomic>
 #include <mutex>
 #include <stop_token>
 #include <thread>
@@ -14,6 +17,7 @@
 #include <zmq.hpp>
 
 #include "live_analysis.hpp"
+#include "netprism/wire.hpp"
 #include "registry.hpp"
 #include "settings.hpp"
 #include "checkpointer.hpp"
@@ -46,11 +50,11 @@ class Ingest {
 
  private:
   struct Frame;
-  struct Reply {  // an ACK for the ingest thread to send
+  struct Reply {  // an ACK for the ingest thread to encode and send
     zmq::message_t identity;
-    std::string ack;
+    Ack ack;
   };
-  void prepare(std::vector<Frame>& group);                // decode + encode + compress, on the pool
+  void prepare(Frame& f);                                 // decode + encode + compress, on the pool
   std::vector<Reply> process(std::vector<Frame>& group);  // committer: store, commit; the ACKs to send
   void commit_loop();
   void send_acks();
@@ -59,18 +63,25 @@ class Ingest {
   const Settings& s_;
   Registry& reg_;
   LiveAnalysis& live_;
+  wire::DecodeLimits limits_;
   store::Store store_;                // the committer's (constructed here, then used by that thread only)
   store::Checkpointer checkpointer_;  // after store_: it hooks store_'s connection and must go first
   zmq::socket_t router_;
-  std::unique_ptr<WorkerPool> pool_;
 
-  // Ingest thread -> committer: prepared frames; committer -> ingest thread: ACKs (wake_ signals them).
+  // Messages from receipt until their commit: message number n (counted from 0 in arrival order) lives in
+  // ring_[n % ring_.size()] while the pool prepares it, until the committer moves it out. The ring has a
+  // slot for every message the pipeline may hold at once (its message bound), so a slot is always free
+  // again before it is reused.
+  std::vector<Frame> ring_;
+  uint64_t received_ = 0;             // messages put into the ring (ingest thread)
+  uint64_t taken_ = 0;                // messages moved out of the ring (committer)
+  std::unique_ptr<WorkerPool> pool_;  // after ring_: its threads use it
+
+  // Committer -> ingest thread: ACKs (wake_ signals them); the pipeline's bounds.
   std::mutex mu_;
-  std::condition_variable commit_cv_;
-  std::vector<Frame> queued_;
-  std::size_t pending_messages_ = 0, pending_bytes_ = 0;  // queued or being committed
+  std::size_t pending_messages_ = 0, pending_bytes_ = 0;  // received, not yet committed
   std::vector<Reply> acks_;
-  bool draining_ = false;
+  std::atomic<bool> draining_{false};
   EventFd wake_;
   std::thread committer_;  // last: started once everything above exists
 };

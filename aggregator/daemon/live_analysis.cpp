@@ -8,6 +8,8 @@
 #include <thread>
 
 #include "batch_codec.hpp"
+#include "netprism/wire.hpp"
+#include "zstd_blob.hpp"
 #include "log.hpp"
 #include "netprism/addr.hpp"
 
@@ -70,6 +72,10 @@ analysis::StreamingAnalysis::Limits limits(const Settings& s) {
   return l;
 }
 
+// A fed batch's column encoding is at most a few bytes per flowlet larger than its wire message, which the
+// wire codec bounds (batch_codec.hpp); twice that bound, as the store's own reads use.
+const std::size_t kMaxEncodedBytes = 2 * wire::DecodeLimits{}.max_message_bytes;
+
 // Running jobs are written at most this often (a write is the whole job document); a restart recomputes
 // the recent past from the stored batches anyway, so at most the last few seconds of a job's document are
 // stale in the store meanwhile. Jobs that leave the analysis are written at once.
@@ -128,16 +134,16 @@ void LiveAnalysis::preload() {
              std::to_string(retained_.size()) + " jobs from the store");
 }
 
-void LiveAnalysis::feed(std::string&& encoded, std::size_t flowlets) {
+void LiveAnalysis::feed(std::string&& stored, std::size_t flowlets) {
   std::lock_guard lk(mu_);
   // Half the analysis' transfer bound: a backlog of that size means the analysis is many passes behind
-  // anyway (a pending flowlet costs ~26 bytes encoded, a kept transfer 32).
+  // anyway (a pending flowlet costs ~18 bytes as stored, a kept transfer 32).
   if (pending_events_ + flowlets > static_cast<std::size_t>(s_.analysis_max_events) / 2) {
     dropped_ += flowlets;  // the analysis is far behind: bound memory; the store still has everything
     return;
   }
   pending_events_ += flowlets;
-  pending_.emplace_back(std::move(encoded), flowlets);
+  pending_.emplace_back(std::move(stored), flowlets);
 }
 
 std::shared_ptr<const Snapshot> LiveAnalysis::latest() const {
@@ -212,9 +218,11 @@ void LiveAnalysis::pass(store::Store* writer) {
     if (it == addr_id_.end()) it = addr_id_.emplace(key, engine_.intern(format_addr(a))).first;
     return it->second;
   };
-  for (const auto& [encoded, flowlets] : fresh) {
+  for (const auto& [stored, flowlets] : fresh) {
     std::string err;
-    auto batch = store::decode_stored(encoded, err);
+    std::optional<Batch> batch;
+    if (auto raw = store::zstd_decompress(stored, kMaxEncodedBytes, err))
+      batch = store::decode_stored(*raw, err);
     if (!batch) {  // cannot happen (ingest encoded it just now); counted and logged, never silent
       log_line("analysis: a fed batch does not decode: " + err);
       std::lock_guard lk(mu_);

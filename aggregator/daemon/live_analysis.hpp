@@ -44,9 +44,9 @@ class LiveAnalysis {
 
   // Fills the window from the store and reloads persisted jobs (call once before run()).
   void preload();
-  // Called by ingest after a batch is committed, with the batch in its stored encoding (batch_codec.hpp,
-  // before zstd) and its flowlet count.
-  void feed(std::string&& encoded, std::size_t flowlets);
+  // Called by ingest after a batch is committed, with the batch as stored (zstd of its column encoding,
+  // batch_codec.hpp) and its flowlet count.
+  void feed(std::string&& stored, std::size_t flowlets);
   void run(std::stop_token stop);
   std::shared_ptr<const Snapshot> latest() const;
   // Events the analysis could not take (pending queue full, connection table full) plus transfers it
@@ -60,9 +60,9 @@ class LiveAnalysis {
   AddrNodes addr_nodes_;
 
   mutable std::mutex mu_;
-  // Fed, not yet in the window: whole batches moved in (O(1) per batch on the ingest thread), in their
-  // stored encoding (~26 B per flowlet; decoded by the analysis thread).
-  std::vector<std::pair<std::string, std::size_t>> pending_;  // encoding, flowlets
+  // Fed, not yet in the window: whole batches moved in (O(1) per batch on the ingest thread), as stored
+  // (~18 B per flowlet; decompressed and decoded by the analysis thread).
+  std::vector<std::pair<std::string, std::size_t>> pending_;  // stored bytes, flowlets
   std::size_t pending_events_ = 0;
   uint64_t dropped_ = 0;
   std::shared_ptr<const Snapshot> latest_;

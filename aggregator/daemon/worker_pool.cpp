@@ -2,14 +2,38 @@
 
 #include <pthread.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <vector>
+
 namespace netprism::daemon {
 
-WorkerPool::WorkerPool(std::size_t threads) {
-  for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { loop(); });
+namespace {
+// A pool thread's arena holds what the pipeline keeps from it: the compressed batches queued for the live
+// analysis until its next pass (~18 B per flowlet, at most ~18 MB at the analysis' default bound) and the
+// transient decode/encode buffers.
+constexpr std::size_t kPoolHeapReserve = 32u << 20;
+}  // namespace
+
+void reserve_thread_heap(std::size_t bytes) {
+  // Blocks below the mmap threshold (16 MiB, set by Ingest), so they come from the arena; a thread's arena
+  // holds at most 64 MiB per heap, so stay well below that.
+  constexpr std::size_t kBlock = 8u << 20;
+  std::vector<void*> blocks;
+  for (std::size_t got = 0; got < bytes; got += kBlock) blocks.push_back(std::malloc(kBlock));
+  for (void* p : blocks) std::free(p);  // back to the arena's top: trimmed only above M_TRIM_THRESHOLD
+}
+
+WorkerPool::WorkerPool(std::size_t threads, Work work, const char* name) : work_(std::move(work)) {
+  for (std::size_t i = 0; i < std::max<std::size_t>(threads, 1); ++i)
+    threads_.emplace_back([this, name] {
+      ::pthread_setname_np(::pthread_self(), name);
+      reserve_thread_heap(kPoolHeapReserve);
+      loop();
+    });
 }
 
 WorkerPool::~WorkerPool() {
-  if (active_) finish();
   {
     std::lock_guard lk(mu_);
     stop_ = true;
@@ -18,53 +42,63 @@ WorkerPool::~WorkerPool() {
   for (auto& t : threads_) t.join();
 }
 
-void WorkerPool::parallel_for(std::size_t n, std::function<void(std::size_t)> fn) {
-  start(n, std::move(fn));
-  finish();
-}
-
-void WorkerPool::start(std::size_t n, std::function<void(std::size_t)> fn) {
-  std::lock_guard lk(mu_);
-  fn_ = std::move(fn);
-  active_ = true;
-  n_ = n;
-  next_ = 0;
-  done_ = 0;
-  generation_++;
-  if (n > 0) work_cv_.notify_all();
-}
-
-void WorkerPool::finish() {
-  std::unique_lock lk(mu_);
-  if (!active_) return;
-  // The caller works too, then waits for the stragglers.
-  while (next_ < n_) {
-    std::size_t i = next_++;
-    lk.unlock();
-    fn_(i);  // fn_ is only replaced by start(), which the (single) caller does not run concurrently
-    lk.lock();
-    done_++;
+void WorkerPool::submit(uint64_t n) {
+  if (n == 0) return;
+  {
+    std::lock_guard lk(mu_);
+    submitted_ += n;
   }
-  done_cv_.wait(lk, [&] { return done_ == n_; });
-  active_ = false;
-  fn_ = nullptr;
+  // One wake-up per item at most: a thread that finds more work keeps going without one.
+  if (n == 1)
+    work_cv_.notify_one();
+  else
+    work_cv_.notify_all();
+}
+
+uint64_t WorkerPool::submitted() const {
+  std::lock_guard lk(mu_);
+  return submitted_;
+}
+
+uint64_t WorkerPool::ready() const {
+  std::lock_guard lk(mu_);
+  return ready_;
+}
+
+uint64_t WorkerPool::wait_ready(uint64_t after, std::chrono::milliseconds timeout,
+                                const std::atomic<bool>& wake) {
+  std::unique_lock lk(mu_);
+  ready_cv_.wait_for(lk, timeout, [&] { return ready_ > after || wake.load(); });
+  return ready_;
+}
+
+void WorkerPool::poke() {
+  { std::lock_guard lk(mu_); }  // a waiter is either before its predicate check or waiting: not in between
+  ready_cv_.notify_all();
 }
 
 void WorkerPool::loop() {
-  ::pthread_setname_np(::pthread_self(), "np-pool");
   std::unique_lock lk(mu_);
-  uint64_t seen = 0;
   for (;;) {
-    work_cv_.wait(lk, [&] { return stop_ || (generation_ != seen && active_ && next_ < n_); });
+    work_cv_.wait(lk, [&] { return stop_ || claimed_ < submitted_; });
     if (stop_) return;
-    while (active_ && next_ < n_) {
-      std::size_t i = next_++;
-      lk.unlock();
-      fn_(i);
-      lk.lock();
-      if (++done_ == n_) done_cv_.notify_all();
+    const uint64_t seq = claimed_++;
+    lk.unlock();
+    work_(seq);
+    lk.lock();
+    if (seq != ready_) {
+      finished_.push_back(seq);  // an earlier item is still being worked on: the prefix ends before it
+      continue;
     }
-    seen = generation_;
+    // Extend the done prefix over items that finished earlier out of order (usually none or a few: the
+    // other threads' items of the same moment).
+    ++ready_;
+    for (auto it = std::find(finished_.begin(), finished_.end(), ready_); it != finished_.end();
+         it = std::find(finished_.begin(), finished_.end(), ready_)) {
+      finished_.erase(it);
+      ++ready_;
+    }
+    ready_cv_.notify_one();  // one consumer (the committer)
   }
 }
 

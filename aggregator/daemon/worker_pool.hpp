@@ -1,11 +1,20 @@
-// A fixed set of threads that run one parallel-for at a time: the ingest thread hands out the decode and
-// compression of a drained group (pure, per-message work) and keeps the ordered part (SQLite, ACKs) itself.
+// An ordered parallel stage: items numbered 0, 1, 2, ... in arrival order are worked on by a fixed set of
+// threads, each item once, and come out in the same order -- a consumer takes the prefix of items that are
+// all done.
 //
-// start()/finish() split a parallel-for in two so the ingest thread can overlap it with other work: the
-// pool threads begin on the next group while the ingest thread commits (and fsyncs) the previous one; in
-// finish() the caller joins in on what is left and waits for the rest.
+// Ingest uses it between its receiving thread and the committer: the receiving thread only moves messages
+// (and sends ACKs, so they leave as soon as their commit returns), the pool decodes and compresses each
+// message as soon as it arrives, and the committer takes everything prepared so far, in arrival order,
+// while the next messages are being prepared. No stage waits for another's whole group (the pipeline this
+// replaces prepared a group with a barrier, on the receiving thread too, and ACKs waited behind it).
+//
+// The pool owns no items: work(seq) finds item seq in the caller's storage. submit() publishes items the
+// caller stored, and ready() tells which are done; both go through the pool's mutex, so whatever one thread
+// wrote into an item before submit()/before its work returned is visible to the next.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -16,32 +25,42 @@
 
 namespace netprism::daemon {
 
+// Grows the calling thread's malloc arena by about `bytes` at once (then frees it: the memory stays with
+// the arena, untouched, so it costs address space, not RSS). glibc grows a thread's arena (not the main
+// one) by exactly what each allocation lacks, with one mprotect() call per growth: a thread whose working
+// set grows page by page -- SQLite's page cache filling up on the committer, batches queued for the live
+// analysis on the pool -- makes a system call (and a memory-map update) per page while it grows.
+void reserve_thread_heap(std::size_t bytes);
+
 class WorkerPool {
  public:
-  explicit WorkerPool(std::size_t threads);
+  using Work = std::function<void(uint64_t seq)>;
+  // threads >= 1 (0 is taken as 1); name shows in top -H / perf / the ingest bench's per-thread CPU.
+  WorkerPool(std::size_t threads, Work work, const char* name = "np-pool");
+  // Stops the threads after the items they are working on (items not yet started are not worked on).
   ~WorkerPool();
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
-  // Calls fn(i) for every i in [0, n), spread over the pool and the calling thread; returns when all ran.
-  void parallel_for(std::size_t n, std::function<void(std::size_t)> fn);
-
-  // Hands fn(0..n-1) to the pool threads and returns at once (with no pool threads, nothing runs until
-  // finish()). At most one started job at a time; every start() must be followed by finish().
-  void start(std::size_t n, std::function<void(std::size_t)> fn);
-  // The caller runs what the pool has not taken yet, then waits until every fn(i) returned.
-  void finish();
+  // Items [submitted(), submitted() + n) are stored and may be worked on. Returns at once.
+  void submit(uint64_t n);
+  uint64_t submitted() const;
+  // Every item below the returned number is done.
+  uint64_t ready() const;
+  // Waits until ready() > after, or `wake` is true, or the timeout passed; returns ready(). Whoever sets
+  // `wake` calls poke() afterwards.
+  uint64_t wait_ready(uint64_t after, std::chrono::milliseconds timeout, const std::atomic<bool>& wake);
+  void poke();
 
  private:
   void loop();
-  std::mutex mu_;
-  std::condition_variable work_cv_, done_cv_;
-  std::function<void(std::size_t)> fn_;
-  bool active_ = false;
-  std::size_t n_ = 0, next_ = 0, done_ = 0;
-  uint64_t generation_ = 0;
+  Work work_;
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_, ready_cv_;
+  uint64_t submitted_ = 0, claimed_ = 0, ready_ = 0;
+  std::vector<uint64_t> finished_;  // done items above ready_ (finished out of order), unsorted; small
   bool stop_ = false;
-  std::vector<std::thread> threads_;
+  std::vector<std::thread> threads_;  // last: started once everything above exists
 };
 
 }  // namespace netprism::daemon

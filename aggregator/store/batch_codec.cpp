@@ -389,7 +389,10 @@ Batch decode_columns(std::string_view bytes, bool planes) {
 }  // namespace
 
 void encode_stored(const Batch& b, std::string& out) {
-  out.resize(encode_into(b, out));
+  // Through a per-thread buffer kept at its largest size: encode_into() first sizes its buffer to a bound
+  // (~8 bytes per value), and growing `out` to it again on every call would zero-fill it every time.
+  thread_local std::string scratch;
+  out.assign(scratch.data(), encode_into(b, scratch));
 }
 
 std::optional<Batch> decode_stored(std::string_view bytes, std::string& err) {
@@ -412,10 +415,8 @@ std::optional<Batch> decode_stored(std::string_view bytes, std::string& err) {
   return std::nullopt;
 }
 
-bool compress_stored(const Batch& b, int level, std::string& out, std::string& scratch,
-                     std::string* encoded) {
+bool compress_stored(const Batch& b, int level, std::string& out, std::string& scratch) {
   const std::size_t n = encode_into(b, scratch);
-  if (encoded) encoded->assign(scratch.data(), n);
   return zstd_compress_into(std::string_view(scratch.data(), n), level, out);
 }
 

@@ -44,9 +44,7 @@ void encode_stored(const Batch& b, std::string& out);
 std::optional<Batch> decode_stored(std::string_view bytes, std::string& err);
 
 // encode_stored() + zstd at `level` into out (scratch holds the uncompressed encoding, with slack: its
-// capacity is reused). When `encoded` is given it also receives the uncompressed encoding, exactly sized
-// (the daemon hands it to the live analysis: a quarter of the decoded flowlets' memory). false on failure.
-bool compress_stored(const Batch& b, int level, std::string& out, std::string& scratch,
-                     std::string* encoded = nullptr);
+// capacity is reused). false on failure.
+bool compress_stored(const Batch& b, int level, std::string& out, std::string& scratch);
 
 }  // namespace netprism::store

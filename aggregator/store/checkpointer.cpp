@@ -2,10 +2,16 @@
 
 #include <pthread.h>
 
+#include "write_coalescing_vfs.hpp"
+
 namespace netprism::store {
 
 Checkpointer::Checkpointer(Db& writer, const std::string& db_path, int threshold_pages)
-    : writer_(writer), own_(db_path, Db::Mode::kReadWrite), threshold_(threshold_pages) {
+    // Through the write-coalescing VFS: a checkpoint copies page by page, and its copies are flushed by the
+    // file control that ends the copy, before the checkpoint records them (write_coalescing_vfs.hpp).
+    : writer_(writer),
+      own_(db_path, Db::Mode::kReadWrite, write_coalescing_vfs()),
+      threshold_(threshold_pages) {
   // A connection reads the database header (and learns it is in WAL mode) only with its first statement;
   // until then sqlite3_wal_checkpoint_v2() on it does nothing.
   own_.exec("SELECT count(*) FROM sqlite_master");

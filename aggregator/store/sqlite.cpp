@@ -70,11 +70,11 @@ std::string_view Stmt::blob(int col) const {
            : std::string_view();
 }
 
-Db::Db(const std::string& path, Mode mode) {
+Db::Db(const std::string& path, Mode mode, const char* vfs) {
   sqlite3* db = nullptr;
   int flags = mode == Mode::kReadOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
   flags |= SQLITE_OPEN_NOMUTEX;  // one connection per thread
-  int rc = sqlite3_open_v2(path.c_str(), &db, flags, nullptr);
+  int rc = sqlite3_open_v2(path.c_str(), &db, flags, vfs);
   db_.reset(db);
   if (rc != SQLITE_OK) fail(db, "open " + path);
   // Readers and the writer run in different threads (and the CLI in another process): wait for locks

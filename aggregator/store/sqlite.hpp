@@ -54,7 +54,8 @@ class Stmt {
 class Db {
  public:
   enum class Mode { kReadWrite, kReadOnly };
-  Db(const std::string& path, Mode mode);
+  // vfs: an SQLite VFS name (nullptr: the default one).
+  Db(const std::string& path, Mode mode, const char* vfs = nullptr);
   sqlite3* get() const { return db_.get(); }
   void exec(std::string_view sql);
   Stmt prepare(std::string_view sql) { return Stmt(db_.get(), sql); }

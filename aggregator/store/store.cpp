@@ -7,6 +7,7 @@
 
 #include "netprism/wire.hpp"
 #include "batch_codec.hpp"
+#include "write_coalescing_vfs.hpp"
 #include "zstd_blob.hpp"
 
 namespace netprism::store {
@@ -69,7 +70,10 @@ std::string Store::resolve(const std::string& path) {
 }
 
 Store::Store(const std::string& path, Db::Mode mode, int zstd_level)
-    : db_(resolve(path), mode), zstd_level_(zstd_level) {
+    // Writers write through the write-coalescing VFS (write_coalescing_vfs.hpp: it requires what this
+    // constructor sets, synchronous=FULL).
+    : db_(resolve(path), mode, mode == Db::Mode::kReadWrite ? write_coalescing_vfs() : nullptr),
+      zstd_level_(zstd_level) {
   if (mode == Db::Mode::kReadWrite) {
     // auto_vacuum must be chosen before the first table exists: it lets retention hand pages back to the
     // file system (incremental_vacuum) instead of only reusing them.

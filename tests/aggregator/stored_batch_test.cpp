@@ -3,6 +3,7 @@
 // and corrupt rows are errors, never crashes or huge allocations. Real SQLite and zstd.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <limits>
 #include <random>
@@ -302,6 +303,54 @@ TEST(Checkpointer, CopiesTheWalOffTheWritersCommits) {
   }
   store::Store r(dir, store::Db::Mode::kReadOnly);
   EXPECT_EQ(r.batch_count(), 400u);
+  std::filesystem::remove_all(dir);
+}
+
+// The store's writers and the checkpointer write through the write-coalescing VFS
+// (write_coalescing_vfs.hpp): what a commit wrote must be visible to another connection (the default VFS,
+// as the CLI and the query thread read) the moment the commit returns, whole, and stay so while checkpoints
+// move pages from the WAL into the database file and the WAL starts over.
+TEST(WriteCoalescingVfs, EveryCommitIsVisibleToOtherConnectionsAtOnce) {
+  const std::string dir = tmpdir();
+  {
+    store::Store w(dir, store::Db::Mode::kReadWrite);
+    store::Checkpointer c(w.db(), store::Store::resolve(dir), 50);  // checkpoints every few commits
+    store::Store r(dir, store::Db::Mode::kReadOnly);
+    std::mt19937_64 rng(8);
+    uint64_t seq = 0;
+    for (int i = 0; i < 60; ++i) {
+      std::vector<Batch> written;
+      store::Transaction tx(w.db());
+      for (int k = 0; k < 1 + i % 7; ++k) {  // commits of 1..7 batches: runs of every length
+        Batch b = batch(rng, 50 + rng() % 400);
+        b.node = "n";
+        b.seq = seq++;
+        b.sent_ns = 1000 + b.seq;
+        for (auto& f : b.flowlets) {  // times a time-range scan finds (below 2^63)
+          f.first_ns >>= 2;
+          f.last_ns = f.first_ns + (f.last_ns >> 2);
+        }
+        ASSERT_TRUE(w.insert_batch(b, wire::encode(b), 1));
+        written.push_back(std::move(b));
+      }
+      tx.commit();
+      ASSERT_EQ(r.batch_count(), seq) << "commit " << i;
+      // The batches just committed read back whole, field for field, from the other connection.
+      std::vector<Batch> seen;
+      r.scan_batches("n", 0, UINT64_MAX, [&](const Batch& b, uint64_t) {
+        if (b.seq >= written.front().seq) seen.push_back(b);
+      });
+      ASSERT_EQ(seen.size(), written.size()) << "commit " << i;
+      std::sort(seen.begin(), seen.end(), [](const Batch& a, const Batch& b) { return a.seq < b.seq; });
+      for (std::size_t k = 0; k < seen.size(); ++k) EXPECT_EQ(seen[k], written[k]) << "commit " << i;
+    }
+    for (int i = 0; i < 200 && c.checkpoints() == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_GT(c.checkpoints(), 0u);
+  }
+  // Reopened after every connection closed (the last one checkpoints the WAL into the file): all there.
+  store::Store r(dir, store::Db::Mode::kReadOnly);
+  EXPECT_EQ(r.batch_count(), 60u / 7 * 28 + 1 + 2 + 3 + 4);  // sum of 1 + i % 7 over i < 60
   std::filesystem::remove_all(dir);
 }
 
