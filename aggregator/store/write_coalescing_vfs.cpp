@@ -47,7 +47,7 @@ int flush(File* f) {
   return rc;
 }
 
-// ---- io methods: every one but xWrite (and the two pure queries) flushes the pending run first ----
+// ---- io methods (which flush the pending run first: see flushed() below) ----
 
 int x_close(sqlite3_file* p) {
   File* f = file(p);
@@ -56,12 +56,6 @@ int x_close(sqlite3_file* p) {
   std::free(f->buf);
   f->buf = nullptr;
   return rc != SQLITE_OK ? rc : rc2;
-}
-
-int x_read(sqlite3_file* p, void* out, int amt, sqlite3_int64 off) {
-  File* f = file(p);
-  if (int rc = flush(f); rc != SQLITE_OK) return rc;
-  return real_methods(f)->xRead(f->real, out, amt, off);
 }
 
 int x_write(sqlite3_file* p, const void* data, int amt, sqlite3_int64 off) {
@@ -90,48 +84,15 @@ int x_write(sqlite3_file* p, const void* data, int amt, sqlite3_int64 off) {
   return SQLITE_OK;
 }
 
-int x_truncate(sqlite3_file* p, sqlite3_int64 size) {
+// Every method but xWrite and the pure queries (xSectorSize, xDeviceCharacteristics) flushes the
+// pending run first, then forwards to the real file: among others xSync (what a commit makes durable),
+// xLock/xShm* (what other connections may see), xFileControl (SQLITE_FCNTL_CKPT_DONE, which a checkpoint
+// sends after copying pages into the database file and before it records them as copied).
+template <auto Method, class... Args>
+int flushed(sqlite3_file* p, Args... args) {
   File* f = file(p);
   if (int rc = flush(f); rc != SQLITE_OK) return rc;
-  return real_methods(f)->xTruncate(f->real, size);
-}
-
-int x_sync(sqlite3_file* p, int flags) {
-  File* f = file(p);
-  if (int rc = flush(f); rc != SQLITE_OK) return rc;
-  return real_methods(f)->xSync(f->real, flags);
-}
-
-int x_file_size(sqlite3_file* p, sqlite3_int64* size) {
-  File* f = file(p);
-  if (int rc = flush(f); rc != SQLITE_OK) return rc;
-  return real_methods(f)->xFileSize(f->real, size);
-}
-
-int x_lock(sqlite3_file* p, int lock) {
-  File* f = file(p);
-  if (int rc = flush(f); rc != SQLITE_OK) return rc;
-  return real_methods(f)->xLock(f->real, lock);
-}
-
-int x_unlock(sqlite3_file* p, int lock) {
-  File* f = file(p);
-  if (int rc = flush(f); rc != SQLITE_OK) return rc;
-  return real_methods(f)->xUnlock(f->real, lock);
-}
-
-int x_check_reserved_lock(sqlite3_file* p, int* out) {
-  File* f = file(p);
-  if (int rc = flush(f); rc != SQLITE_OK) return rc;
-  return real_methods(f)->xCheckReservedLock(f->real, out);
-}
-
-int x_file_control(sqlite3_file* p, int op, void* arg) {
-  File* f = file(p);
-  // Among others SQLITE_FCNTL_CKPT_DONE, which a checkpoint sends after copying pages into the database
-  // file and before it records them as copied (readers then read those pages from the file).
-  if (int rc = flush(f); rc != SQLITE_OK) return rc;
-  return real_methods(f)->xFileControl(f->real, op, arg);
+  return (real_methods(f)->*Method)(f->real, args...);
 }
 
 int x_sector_size(sqlite3_file* p) {
@@ -144,40 +105,10 @@ int x_device_characteristics(sqlite3_file* p) {
   return real_methods(f)->xDeviceCharacteristics(f->real);
 }
 
-int x_shm_map(sqlite3_file* p, int region, int size, int extend, void volatile** out) {
-  File* f = file(p);
-  if (int rc = flush(f); rc != SQLITE_OK) return rc;
-  return real_methods(f)->xShmMap(f->real, region, size, extend, out);
-}
-
-int x_shm_lock(sqlite3_file* p, int offset, int n, int flags) {
-  File* f = file(p);
-  if (int rc = flush(f); rc != SQLITE_OK) return rc;
-  return real_methods(f)->xShmLock(f->real, offset, n, flags);
-}
-
 void x_shm_barrier(sqlite3_file* p) {
   File* f = file(p);
   (void)flush(f);  // no way to report an error here; a failed write fails again at the next sync
   real_methods(f)->xShmBarrier(f->real);
-}
-
-int x_shm_unmap(sqlite3_file* p, int delete_flag) {
-  File* f = file(p);
-  if (int rc = flush(f); rc != SQLITE_OK) return rc;
-  return real_methods(f)->xShmUnmap(f->real, delete_flag);
-}
-
-int x_fetch(sqlite3_file* p, sqlite3_int64 off, int amt, void** out) {
-  File* f = file(p);
-  if (int rc = flush(f); rc != SQLITE_OK) return rc;
-  return real_methods(f)->xFetch(f->real, off, amt, out);
-}
-
-int x_unfetch(sqlite3_file* p, sqlite3_int64 off, void* ptr) {
-  File* f = file(p);
-  if (int rc = flush(f); rc != SQLITE_OK) return rc;
-  return real_methods(f)->xUnfetch(f->real, off, ptr);
 }
 
 // ---- the VFS: xOpen wraps the real file; everything else is the real VFS's ----
@@ -249,23 +180,23 @@ const char* register_vfs() {
     throw std::runtime_error("SQLite's default VFS is older than version 3");
   sqlite3_io_methods m{};
   m.xClose = x_close;
-  m.xRead = x_read;
+  m.xRead = flushed<&sqlite3_io_methods::xRead, void*, int, sqlite3_int64>;
   m.xWrite = x_write;
-  m.xTruncate = x_truncate;
-  m.xSync = x_sync;
-  m.xFileSize = x_file_size;
-  m.xLock = x_lock;
-  m.xUnlock = x_unlock;
-  m.xCheckReservedLock = x_check_reserved_lock;
-  m.xFileControl = x_file_control;
+  m.xTruncate = flushed<&sqlite3_io_methods::xTruncate, sqlite3_int64>;
+  m.xSync = flushed<&sqlite3_io_methods::xSync, int>;
+  m.xFileSize = flushed<&sqlite3_io_methods::xFileSize, sqlite3_int64*>;
+  m.xLock = flushed<&sqlite3_io_methods::xLock, int>;
+  m.xUnlock = flushed<&sqlite3_io_methods::xUnlock, int>;
+  m.xCheckReservedLock = flushed<&sqlite3_io_methods::xCheckReservedLock, int*>;
+  m.xFileControl = flushed<&sqlite3_io_methods::xFileControl, int, void*>;
   m.xSectorSize = x_sector_size;
   m.xDeviceCharacteristics = x_device_characteristics;
-  m.xShmMap = x_shm_map;
-  m.xShmLock = x_shm_lock;
+  m.xShmMap = flushed<&sqlite3_io_methods::xShmMap, int, int, int, void volatile**>;
+  m.xShmLock = flushed<&sqlite3_io_methods::xShmLock, int, int, int>;
   m.xShmBarrier = x_shm_barrier;
-  m.xShmUnmap = x_shm_unmap;
-  m.xFetch = x_fetch;
-  m.xUnfetch = x_unfetch;
+  m.xShmUnmap = flushed<&sqlite3_io_methods::xShmUnmap, int>;
+  m.xFetch = flushed<&sqlite3_io_methods::xFetch, sqlite3_int64, int, void**>;
+  m.xUnfetch = flushed<&sqlite3_io_methods::xUnfetch, sqlite3_int64, void*>;
   for (int v = 1; v <= 3; ++v) {
     g_methods[v - 1] = m;
     g_methods[v - 1].iVersion = v;
