@@ -56,9 +56,11 @@ LIVE = ["dp2pp2tp2_1f1b", "two_jobs", "straggler", "slowlink", "hang", "pause"]
 # notes). Fresh runs of every shape are the campaign; the default suite covers the same analysis through the
 # committed recordings (samples, ~1 s each) and a representative set of live runs (one healthy shape and each
 # fault kind) inside its time budget. A scenario with an open accuracy gap moves its entry to "campaign",
-# with the reason beside it, so that the default suite stays a green/red signal.
+# with the reason beside it, so that the default suite stays a green/red signal. Live slowlink is there: 4 of
+# 4 fresh runs passed here after the data-timed bursts, then a CI run had 2 missing and 2 extra iterations
+# (iterations 8-9, just after the fault's onset) -- not yet robust.
 SUITE = {name: {"analyze": "campaign", "sample": "default",
-                "live": "default" if name in ("dp2pp2tp2_1f1b", "straggler", "slowlink", "hang", "pause") else "campaign"}
+                "live": "default" if name in ("dp2pp2tp2_1f1b", "straggler", "hang", "pause") else "campaign"}
          for name in SCENARIOS}
 
 
