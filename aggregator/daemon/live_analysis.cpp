@@ -8,8 +8,6 @@
 #include <thread>
 
 #include "batch_codec.hpp"
-#include "netprism/wire.hpp"
-#include "zstd_blob.hpp"
 #include "log.hpp"
 #include "netprism/addr.hpp"
 
@@ -71,10 +69,6 @@ analysis::StreamingAnalysis::Limits limits(const Settings& s) {
   l.max_conns = std::max<size_t>(1024, static_cast<size_t>(s.analysis_max_events) / 10);
   return l;
 }
-
-// A fed batch's column encoding is at most a few bytes per flowlet larger than its wire message, which the
-// wire codec bounds (batch_codec.hpp); twice that bound, as the store's own reads use.
-const std::size_t kMaxEncodedBytes = 2 * wire::DecodeLimits{}.max_message_bytes;
 
 // Running jobs are written at most this often (a write is the whole job document); a restart recomputes
 // the recent past from the stored batches anyway, so at most the last few seconds of a job's document are
@@ -220,9 +214,7 @@ void LiveAnalysis::pass(store::Store* writer) {
   };
   for (const auto& [stored, flowlets] : fresh) {
     std::string err;
-    std::optional<Batch> batch;
-    if (auto raw = store::zstd_decompress(stored, kMaxEncodedBytes, err))
-      batch = store::decode_stored(*raw, err);
+    std::optional<Batch> batch = store::decompress_stored(stored, err);
     if (!batch) {  // cannot happen (ingest encoded it just now); counted and logged, never silent
       log_line("analysis: a fed batch does not decode: " + err);
       std::lock_guard lk(mu_);

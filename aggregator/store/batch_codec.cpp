@@ -420,4 +420,11 @@ bool compress_stored(const Batch& b, int level, std::string& out, std::string& s
   return zstd_compress_into(std::string_view(scratch.data(), n), level, out);
 }
 
+std::optional<Batch> decompress_stored(std::string_view stored, std::string& err) {
+  static const std::size_t kMaxDecompressed = 2 * wire::DecodeLimits{}.max_message_bytes;
+  auto raw = zstd_decompress(stored, kMaxDecompressed, err);
+  if (!raw) return std::nullopt;
+  return decode_stored(*raw, err);
+}
+
 }  // namespace netprism::store

@@ -47,4 +47,9 @@ std::optional<Batch> decode_stored(std::string_view bytes, std::string& err);
 // capacity is reused). false on failure.
 bool compress_stored(const Batch& b, int level, std::string& out, std::string& scratch);
 
+// The inverse: a row's stored bytes (zstd of any of the formats above) back to the batch. Decompression is
+// bounded by twice the wire codec's message limit: nothing larger was ever accepted, and a batch's column
+// encoding is at most a few bytes per flowlet larger than its wire message. nullopt and a reason if corrupt.
+std::optional<Batch> decompress_stored(std::string_view stored, std::string& err);
+
 }  // namespace netprism::store

@@ -8,7 +8,6 @@
 #include "netprism/wire.hpp"
 #include "batch_codec.hpp"
 #include "write_coalescing_vfs.hpp"
-#include "zstd_blob.hpp"
 
 namespace netprism::store {
 
@@ -39,11 +38,6 @@ CREATE TABLE IF NOT EXISTS findings(
   start_ns INTEGER NOT NULL, severity REAL NOT NULL, evidence TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS findings_job ON findings(job);
 )sql";
-
-// The wire codec's own ceiling, twice: nothing larger was ever accepted, and the column encoding of a batch
-// is at most a few bytes per flowlet larger than its wire message (batch_codec.hpp), so nothing larger is
-// decompressed.
-const std::size_t kMaxStoredMessage = 2 * wire::DecodeLimits{}.max_message_bytes;
 
 bool is_dir(const std::string& p) {
   struct stat st {};
@@ -340,12 +334,9 @@ void Store::scan_batches(const std::optional<std::string>& node, uint64_t since,
   if (node) s.bind(3, *node);
   while (s.step()) {
     std::string err;
-    auto raw = zstd_decompress(s.blob(0), kMaxStoredMessage, err);
-    if (raw) {
-      if (auto b = decode_stored(*raw, err)) {
-        fn(*b, static_cast<uint64_t>(s.i64(1)));
-        continue;
-      }
+    if (auto b = decompress_stored(s.blob(0), err)) {
+      fn(*b, static_cast<uint64_t>(s.i64(1)));
+      continue;
     }
     if (on_error) on_error("batch row " + std::to_string(s.i64(2)) + ": " + err);
   }
