@@ -60,11 +60,6 @@ uint64_t WorkerPool::submitted() const {
   return submitted_;
 }
 
-uint64_t WorkerPool::ready() const {
-  std::lock_guard lk(mu_);
-  return ready_;
-}
-
 uint64_t WorkerPool::wait_ready(uint64_t after, std::chrono::milliseconds timeout,
                                 const std::atomic<bool>& wake) {
   std::unique_lock lk(mu_);

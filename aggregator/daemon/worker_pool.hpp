@@ -9,8 +9,8 @@
 // replaces prepared a group with a barrier, on the receiving thread too, and ACKs waited behind it).
 //
 // The pool owns no items: work(seq) finds item seq in the caller's storage. submit() publishes items the
-// caller stored, and ready() tells which are done; both go through the pool's mutex, so whatever one thread
-// wrote into an item before submit()/before its work returned is visible to the next.
+// caller stored, and wait_ready() tells which are done; both go through the pool's mutex, so whatever one
+// thread wrote into an item before submit()/before its work returned is visible to the next.
 #pragma once
 
 #include <atomic>
@@ -45,10 +45,8 @@ class WorkerPool {
   // Items [submitted(), submitted() + n) are stored and may be worked on. Returns at once.
   void submit(uint64_t n);
   uint64_t submitted() const;
-  // Every item below the returned number is done.
-  uint64_t ready() const;
-  // Waits until ready() > after, or `wake` is true, or the timeout passed; returns ready(). Whoever sets
-  // `wake` calls poke() afterwards.
+  // Waits until more than `after` items are done, or `wake` is true, or the timeout passed; returns the
+  // number of done items (every item below it is done). Whoever sets `wake` calls poke() afterwards.
   uint64_t wait_ready(uint64_t after, std::chrono::milliseconds timeout, const std::atomic<bool>& wake);
   void poke();
 
