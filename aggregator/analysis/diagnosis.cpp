@@ -418,10 +418,10 @@ std::vector<Finding> diagnose(const Normalized& n, const JobSlice& job, const St
       double onset = std::min(kSlowLinkRatio * ref, std::sqrt(med_rate[k] * ref));
       std::vector<char> flags;
       std::vector<uint64_t> times;
-      std::vector<const Xfer*> own;  // this direction's, in time order (arrivals and departures are each)
+      // This direction's transfers, in time order: all from one view (see rated), and each view's list is.
+      std::vector<const Xfer*> own;
       for (const Xfer* x : rated)
         if (x->src == k.first && x->dst == k.second) own.push_back(x);
-      std::sort(own.begin(), own.end(), [](const Xfer* a, const Xfer* b) { return a->t0 < b->t0; });
       for (const Xfer* x : own)
         if (x->bytes >= kRateMinBytes && x->t1 > x->t0) {
           flags.push_back(static_cast<double>(x->bytes) / static_cast<double>(x->t1 - x->t0) < onset);
