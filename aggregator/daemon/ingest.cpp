@@ -55,6 +55,13 @@ Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalys
       router_(ctx, zmq::socket_type::router),
       ring_(kGroupMessages) {
   limits_.max_message_bytes = static_cast<std::size_t>(s.max_message_bytes);
+  // Batch bytes go to segment files (store/segment_log.hpp). Retention frees space a segment at a time, so
+  // with a size bound a segment is at most a sixteenth of it (the bound then holds within ~6 %).
+  uint64_t segment_bytes = 64u << 20;
+  if (s.retention_bytes > 0)
+    segment_bytes =
+        std::clamp<uint64_t>(static_cast<uint64_t>(s.retention_bytes) / 16, 1u << 20, segment_bytes);
+  store_.enable_segments(segment_bytes);
   // Every group allocates and frees its messages, decoded records and compressed copies (a few MB at
   // ingest rates); glibc's defaults hand that memory back to the kernel after each group (heap trim above
   // 128 KiB free, mmap for large blocks) and fault it in again, zero-filled, for the next one -- ~20 page
@@ -368,7 +375,7 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
       }
     }
     for (const auto& [node, t] : touches) store_.touch_node(node, now, t.records, t.counters, std::nullopt);
-    tx.commit();
+    store_.commit(tx);
     committed = true;
   } catch (const std::exception& e) {
     // Nothing of this group is stored: no ACK goes out, so the agents resend (their batches wait for ACKs).

@@ -1,6 +1,7 @@
 #include "store.hpp"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <limits>
@@ -24,7 +25,9 @@ CREATE TABLE IF NOT EXISTS epochs(
 CREATE TABLE IF NOT EXISTS batches(
   id INTEGER PRIMARY KEY, node TEXT NOT NULL, epoch INTEGER NOT NULL, seq INTEGER NOT NULL,
   received_ns INTEGER NOT NULL, first_ns INTEGER NOT NULL, last_ns INTEGER NOT NULL,
-  records INTEGER NOT NULL, raw_bytes INTEGER NOT NULL, data BLOB NOT NULL, UNIQUE(node, epoch, seq));
+  records INTEGER NOT NULL, raw_bytes INTEGER NOT NULL, data BLOB NOT NULL, seg INTEGER, seg_off INTEGER,
+  seg_len INTEGER, UNIQUE(node, epoch, seq));
+CREATE TABLE IF NOT EXISTS segments(seg INTEGER PRIMARY KEY, first_id INTEGER NOT NULL, created_ns INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS batches_node_time ON batches(node, last_ns);
 CREATE INDEX IF NOT EXISTS batches_time ON batches(last_ns);
 CREATE TABLE IF NOT EXISTS jobs(
@@ -38,6 +41,10 @@ CREATE TABLE IF NOT EXISTS findings(
   start_ns INTEGER NOT NULL, severity REAL NOT NULL, evidence TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS findings_job ON findings(job);
 )sql";
+
+// A segment holds at most this much: retention hands space back to the file system a segment at a time,
+// and 64 MiB is a few seconds of a 1,000-node cluster's batches, or minutes of a small one.
+constexpr uint64_t kSegmentBytes = 64u << 20;
 
 bool is_dir(const std::string& p) {
   struct stat st {};
@@ -67,7 +74,8 @@ Store::Store(const std::string& path, Db::Mode mode, int zstd_level)
     // Writers write through the write-coalescing VFS (write_coalescing_vfs.hpp: it requires what this
     // constructor sets, synchronous=FULL).
     : db_(resolve(path), mode, mode == Db::Mode::kReadWrite ? write_coalescing_vfs() : nullptr),
-      zstd_level_(zstd_level) {
+      zstd_level_(zstd_level),
+      segs_(SegmentLog::dir_for(resolve(path)), kSegmentBytes) {
   if (mode == Db::Mode::kReadWrite) {
     // auto_vacuum must be chosen before the first table exists: it lets retention hand pages back to the
     // file system (incremental_vacuum) instead of only reusing them.
@@ -91,10 +99,108 @@ Store::Store(const std::string& path, Db::Mode mode, int zstd_level)
         "clock_offset_ns=coalesce(?4,clock_offset_ns) WHERE node=?1");
     touch_counters_ = db_.prepare("UPDATE nodes SET counters=?2 WHERE node=?1");
   }
+  // Read-only openers of a store from before segments (or of anything else) must still read it.
+  auto cols = db_.prepare("SELECT 1 FROM pragma_table_info('batches') WHERE name='seg'");
+  seg_columns_ = cols.step();
 }
 
 void Store::create_schema() {
   db_.exec(kSchema);
+  // A store written by a build from before segments: its batches table gains the (nullable) columns.
+  if (!db_.prepare("SELECT 1 FROM pragma_table_info('batches') WHERE name='seg'").step()) {
+    Transaction tx(db_);
+    for (const char* c : {"seg", "seg_off", "seg_len"})
+      db_.exec(std::string("ALTER TABLE batches ADD COLUMN ") + c + " INTEGER");
+    tx.commit();
+  }
+}
+
+std::string Store::seg_cols() const {
+  return seg_columns_ ? "seg,seg_off,seg_len" : "NULL,NULL,NULL";
+}
+
+std::string Store::bytes_expr() const {
+  return seg_columns_ ? "coalesce(seg_len,length(data))" : "length(data)";
+}
+
+void Store::enable_segments(uint64_t segment_bytes) {
+  segs_ = SegmentLog(segs_.dir(), segment_bytes);
+  std::set<uint64_t> known;
+  int64_t max_first = 0;
+  {
+    auto q = db_.prepare("SELECT seg, first_id FROM segments");
+    while (q.step()) {
+      known.insert(static_cast<uint64_t>(q.i64(0)));
+      max_first = std::max(max_first, q.i64(1));
+    }
+  }
+  uint64_t last = known.empty() ? 0 : *known.rbegin();
+  // Files no committed row names: a crash between a segment's write and its transaction's commit, or
+  // between retention's commit and its unlink.
+  for (uint64_t f : segs_.files()) {
+    last = std::max(last, f);
+    if (!known.count(f)) ::unlink(segs_.path_of(f).c_str());
+  }
+  auto q = db_.prepare("SELECT coalesce(max(id),0) FROM batches");
+  next_id_ = std::max(q.step() ? q.i64(0) : 0, max_first) + 1;
+  segs_.start_after(last);
+  ins_seg_batch_ = db_.prepare(
+      "INSERT INTO batches(id,node,epoch,seq,received_ns,first_ns,last_ns,records,raw_bytes,data,seg,seg_off,"
+      "seg_len) VALUES(?,?,?,?,?,?,?,?,?,X'',?,?,?) ON CONFLICT(node,epoch,seq) DO NOTHING");
+  reg_segment_ = db_.prepare("INSERT OR IGNORE INTO segments(seg,first_id,created_ns) VALUES(?,?,?)");
+  // A transaction that would commit rows naming unwritten segment bytes is turned into a rollback (only a
+  // commit that bypassed commit() can get here); a rollback, however it happens, forgets what it staged.
+  sqlite3_commit_hook(
+      db_.get(), [](void* self) { return static_cast<Store*>(self)->segs_.flushed() ? 0 : 1; }, this);
+  sqlite3_rollback_hook(
+      db_.get(), [](void* self) { static_cast<Store*>(self)->segs_.rolled_back(); }, this);
+  seg_writer_ = true;
+  free_segments();
+}
+
+void Store::commit(Transaction& tx) {
+  std::string err;
+  if (seg_writer_ && !segs_.flush(err)) throw SqliteError("storing batch bytes: " + err);
+  try {
+    tx.commit();
+  } catch (...) {
+    segs_.rolled_back();
+    throw;
+  }
+  segs_.committed();
+}
+
+uint64_t Store::free_segments() {
+  if (!seg_writer_) return 0;
+  std::vector<std::pair<uint64_t, int64_t>> segs;  // (seg, first id), in order
+  {
+    auto q = db_.prepare("SELECT seg, first_id FROM segments ORDER BY seg");
+    while (q.step()) segs.emplace_back(static_cast<uint64_t>(q.i64(0)), q.i64(1));
+  }
+  // Ids only grow, and a segment is written to the end before the next one starts, so segment i's rows are
+  // exactly those with ids in [first_id(i), first_id(i + 1)).
+  std::vector<uint64_t> unused;
+  auto probe = db_.prepare("SELECT 1 FROM batches WHERE id >= ?1 AND id < ?2 LIMIT 1");
+  for (std::size_t i = 0; i < segs.size(); ++i) {
+    if (segs[i].first >= segs_.current_seg()) break;  // the one being written (or newer)
+    const int64_t hi = i + 1 < segs.size() ? segs[i + 1].second : std::numeric_limits<int64_t>::max();
+    probe.bind(1, segs[i].second).bind(2, hi);
+    if (!probe.step()) unused.push_back(segs[i].first);
+    probe.reset();
+  }
+  if (unused.empty()) return 0;
+  {
+    Transaction tx(db_);
+    auto del = db_.prepare("DELETE FROM segments WHERE seg = ?");
+    for (uint64_t s : unused) {
+      del.bind(1, s);
+      del.run();
+    }
+    commit(tx);
+  }
+  // After the commit: a crash before these leaves files no row names, which the next start removes.
+  for (uint64_t s : unused) ::unlink(segs_.path_of(s).c_str());
+  return unused.size();
 }
 
 void Store::register_node(const Hello& h, uint64_t now_ns) {
@@ -129,6 +235,27 @@ bool Store::insert_compressed(const Batch& b, std::string_view z, std::size_t ra
 
 bool Store::insert_compressed(const Batch& b, const BatchSpan& s, std::string_view z, std::size_t raw_bytes,
                               uint64_t received_ns) {
+  if (seg_writer_) {
+    const SegmentLog::Place p = segs_.place(z.size());
+    ins_seg_batch_.bind(1, next_id_)
+        .bind(2, b.node)
+        .bind(3, b.epoch)
+        .bind(4, b.seq)
+        .bind(5, received_ns)
+        .bind(6, s.first_ns)
+        .bind(7, s.last_ns)
+        .bind(8, s.records)
+        .bind(9, static_cast<uint64_t>(raw_bytes))
+        .bind(10, p.seg)
+        .bind(11, p.off)
+        .bind(12, static_cast<uint64_t>(z.size()));
+    ins_seg_batch_.run();
+    if (db_.changes() != 1) return false;  // (node, epoch, seq) is stored already
+    if (p.first_in_seg) reg_segment_.bind(1, p.seg).bind(2, next_id_).bind(3, received_ns).run();
+    segs_.stage(z);
+    ++next_id_;
+    return true;
+  }
   ins_batch_.bind(1, b.node)
       .bind(2, b.epoch)
       .bind(3, b.seq)
@@ -163,8 +290,8 @@ RetentionResult Store::apply_retention(uint64_t min_last_ns, uint64_t max_bytes,
   r.stored_bytes = current_bytes;
   auto drop = [&](const char* where, uint64_t arg) {
     Transaction tx(db_);
-    auto q = db_.prepare(std::string("SELECT coalesce(sum(length(data)),0), count(*) FROM batches WHERE ") +
-                         where);
+    auto q =
+        db_.prepare("SELECT coalesce(sum(" + bytes_expr() + "),0), count(*) FROM batches WHERE " + where);
     q.bind(1, arg);
     uint64_t bytes = 0, n = 0;
     if (q.step()) {
@@ -173,7 +300,7 @@ RetentionResult Store::apply_retention(uint64_t min_last_ns, uint64_t max_bytes,
     }
     q.reset();
     if (n > 0) db_.prepare(std::string("DELETE FROM batches WHERE ") + where).bind(1, arg).run();
-    tx.commit();
+    commit(tx);
     r.deleted_batches += n;
     r.stored_bytes -= std::min(r.stored_bytes, bytes);
     return n;
@@ -186,7 +313,7 @@ RetentionResult Store::apply_retention(uint64_t min_last_ns, uint64_t max_bytes,
     std::vector<int64_t> ids;
     uint64_t freed = 0;
     {
-      auto q = db_.prepare("SELECT id, length(data) FROM batches ORDER BY last_ns, id LIMIT 256");
+      auto q = db_.prepare("SELECT id, " + bytes_expr() + " FROM batches ORDER BY last_ns, id LIMIT 256");
       while (r.stored_bytes - std::min(r.stored_bytes, freed) > max_bytes && q.step()) {
         ids.push_back(q.i64(0));
         freed += static_cast<uint64_t>(q.i64(1));
@@ -199,11 +326,14 @@ RetentionResult Store::apply_retention(uint64_t min_last_ns, uint64_t max_bytes,
       del.bind(1, id);
       del.run();
     }
-    tx.commit();
+    commit(tx);
     r.deleted_batches += ids.size();
     r.stored_bytes -= std::min(r.stored_bytes, freed);
   }
-  if (r.deleted_batches > 0) db_.exec("PRAGMA incremental_vacuum");
+  if (r.deleted_batches > 0) {
+    db_.exec("PRAGMA incremental_vacuum");
+    free_segments();
+  }
   return r;
 }
 
@@ -301,7 +431,7 @@ std::optional<std::string> Store::meta(const std::string& key) {
 }
 
 uint64_t Store::stored_bytes() {
-  auto s = db_.prepare("SELECT coalesce(sum(length(data)),0) FROM batches");
+  auto s = db_.prepare("SELECT coalesce(sum(" + bytes_expr() + "),0) FROM batches");
   return s.step() ? static_cast<uint64_t>(s.i64(0)) : 0;
 }
 
@@ -325,34 +455,41 @@ void Store::scan_batches(const std::optional<std::string>& node, uint64_t since,
                          const std::function<void(const std::string&)>& on_error) {
   // Batches are short (the agent cuts them every ~100 ms), so "last_ns >= since AND first_ns <= until" on
   // the (node, last_ns) / (last_ns) indexes touches only rows near the range.
-  std::string sql = "SELECT data,received_ns,id FROM batches WHERE last_ns >= ?1 AND first_ns <= ?2";
+  std::string sql =
+      "SELECT received_ns,id,data," + seg_cols() + " FROM batches WHERE last_ns >= ?1 AND first_ns <= ?2";
   if (node) sql += " AND node = ?3";
   sql += " ORDER BY first_ns, id";
   auto s = db_.prepare(sql);
   s.bind(1, std::min<uint64_t>(since, std::numeric_limits<int64_t>::max()))
       .bind(2, std::min<uint64_t>(until, std::numeric_limits<int64_t>::max()));
   if (node) s.bind(3, *node);
+  std::string buf;
   while (s.step()) {
     std::string err;
-    if (auto b = decompress_stored(s.blob(0), err)) {
-      fn(*b, static_cast<uint64_t>(s.i64(1)));
-      continue;
-    }
-    if (on_error) on_error("batch row " + std::to_string(s.i64(2)) + ": " + err);
+    if (auto blob = row_blob(s, 2, buf, err))
+      if (auto b = decompress_stored(*blob, err)) {
+        fn(*b, static_cast<uint64_t>(s.i64(0)));
+        continue;
+      }
+    if (on_error) on_error("batch row " + std::to_string(s.i64(1)) + ": " + err);
   }
 }
 
 std::vector<Store::RawRow> Store::raw_batches(int64_t after_id, uint64_t since, uint64_t until,
                                               std::size_t max_bytes) {
   std::vector<RawRow> out;
-  auto s = db_.prepare(
-      "SELECT id,node,epoch,seq,received_ns,first_ns,last_ns,records,raw_bytes,data FROM batches "
-      "WHERE id > ?1 AND last_ns >= ?2 AND first_ns <= ?3 ORDER BY id");
+  auto s = db_.prepare("SELECT id,node,epoch,seq,received_ns,first_ns,last_ns,records,raw_bytes,data," +
+                       seg_cols() +
+                       " FROM batches WHERE id > ?1 AND last_ns >= ?2 AND first_ns <= ?3 ORDER BY id");
   s.bind(1, after_id)
       .bind(2, std::min<uint64_t>(since, std::numeric_limits<int64_t>::max()))
       .bind(3, std::min<uint64_t>(until, std::numeric_limits<int64_t>::max()));
   std::size_t total = 0;
+  std::string buf;
   while (s.step()) {
+    std::string err;
+    auto blob = row_blob(s, 9, buf, err);
+    if (!blob) throw SqliteError("batch row " + std::to_string(s.i64(0)) + ": " + err);
     RawRow r{s.i64(0),
              s.text(1),
              static_cast<uint64_t>(s.i64(2)),
@@ -362,12 +499,21 @@ std::vector<Store::RawRow> Store::raw_batches(int64_t after_id, uint64_t since, 
              static_cast<uint64_t>(s.i64(6)),
              static_cast<uint64_t>(s.i64(7)),
              static_cast<uint64_t>(s.i64(8)),
-             std::string(s.blob(9))};
+             std::string(*blob)};
     total += r.data.size();
     out.push_back(std::move(r));
     if (total >= max_bytes) break;
   }
   return out;
+}
+
+std::optional<std::string_view> Store::row_blob(const Stmt& s, int data_col, std::string& buf,
+                                                std::string& err) {
+  if (s.is_null(data_col + 1)) return s.blob(data_col);
+  if (!segs_.read(static_cast<uint64_t>(s.i64(data_col + 1)), static_cast<uint64_t>(s.i64(data_col + 2)),
+                  static_cast<uint64_t>(s.i64(data_col + 3)), buf, err))
+    return std::nullopt;
+  return std::string_view(buf);
 }
 
 void Store::insert_raw(const RawRow& r) {

@@ -1,11 +1,14 @@
 // The aggregator's embedded store: one SQLite database in WAL mode under --data-dir.
 //
-// Tables: `batches` holds every acknowledged batch zstd-compressed (column-encoded, batch_codec.hpp; rows of
-// older builds hold the wire message, and both are read), indexed by (node,
-// time) and unique on (node, epoch, seq) -- the duplicate check and the durability point are one INSERT in
-// the same transaction as the node's counters. `nodes`/`epochs` hold registrations (reloaded on restart);
-// `jobs`/`iterations`/`findings` hold the analysis' latest results; `meta` holds small settings (the ports
-// whose traffic is netprism's own, so offline analysis can exclude it too).
+// Tables: `batches` has a row for every acknowledged batch, zstd-compressed (column-encoded,
+// batch_codec.hpp; rows of older builds hold the wire message, and both are read), indexed by (node, time)
+// and unique on (node, epoch, seq) -- the duplicate check and the durability point are one INSERT in the
+// same transaction as the node's counters. The daemon's ingest keeps the compressed bytes in append-only
+// segment files beside the database (segment_log.hpp; the row names segment, offset and length, and
+// `segments` the id of each segment's first row); other writers (recordings, tests) keep them inline in
+// `data`, as every store before segments did, and readers take either. `nodes`/`epochs` hold registrations
+// (reloaded on restart); `jobs`/`iterations`/`findings` hold the analysis' latest results; `meta` holds small
+// settings (the ports whose traffic is netprism's own, so offline analysis can exclude it too).
 //
 // One writer (the ingest thread) and any number of readers (query thread, analysis, the CLI offline) each
 // use their own Store object/connection; WAL lets readers run while the writer commits.
@@ -22,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "netprism/records.hpp"
+#include "segment_log.hpp"
 #include "sqlite.hpp"
 
 namespace netprism::store {
@@ -57,10 +61,20 @@ class Store {
   // path: a data directory (the database file inside is created) or a database file itself (read-only
   // opening of recordings). zstd_level only matters for writers.
   Store(const std::string& path, Db::Mode mode, int zstd_level = 1);
+  Store(const Store&) = delete;  // its connection's hooks point at it
+  Store& operator=(const Store&) = delete;
 
   static std::string resolve(const std::string& path);  // data dir -> its database file
 
   Db& db() { return db_; }
+
+  // The daemon's ingest store: batch bytes go to segment files (at most segment_bytes each) instead of
+  // inline. Cleans up what a crash left (segment files no committed row names) and starts a new segment.
+  // Only the one ingest writer of a data dir may call it; its transactions must commit through commit().
+  void enable_segments(uint64_t segment_bytes);
+  // Commits tx after the blobs its inserts staged are written and synced; on any failure nothing of it is
+  // stored (throws).
+  void commit(Transaction& tx);
 
   // ---- writes (one writer at a time; wrap in a Transaction for group commit) ----
   void register_node(const Hello& h, uint64_t now_ns);
@@ -77,6 +91,8 @@ class Store {
   // current_bytes: the compressed bytes stored now (the caller's running total); min_last_ns 0 / max_bytes 0
   // disable that bound.
   RetentionResult apply_retention(uint64_t min_last_ns, uint64_t max_bytes, uint64_t current_bytes);
+  // Deletes the segments (rows and files) no batch row uses any more; returns how many.
+  uint64_t free_segments();
   void set_meta(const std::string& key, const std::string& value);
   void save_job(const nlohmann::json& full_doc, uint64_t now_ns);
   void delete_job(const std::string& id);
@@ -106,9 +122,18 @@ class Store {
 
  private:
   void create_schema();
+  // The stored bytes of the row s is on: columns data_col (inline) and data_col + 1.. + 3 (segment, offset,
+  // length); empty with err set when they cannot be read.
+  std::optional<std::string_view> row_blob(const Stmt& s, int data_col, std::string& buf, std::string& err);
+  std::string seg_cols() const;    // "seg,seg_off,seg_len", or NULLs for a store from before segments
+  std::string bytes_expr() const;  // a row's stored bytes, inline or in a segment
   Db db_;
   int zstd_level_;
-  Stmt ins_batch_, touch_, touch_counters_;
+  bool seg_columns_ = false;  // the batches table has the segment columns
+  SegmentLog segs_;           // reads (any store); writes once enable_segments() was called
+  bool seg_writer_ = false;
+  int64_t next_id_ = 1;  // batch ids a segment writer assigns: increasing, never reused
+  Stmt ins_batch_, ins_seg_batch_, reg_segment_, touch_, touch_counters_;
   std::string zbuf_;     // compression buffer reused across batches
   std::string scratch_;  // column encoding before compression, reused likewise
 };

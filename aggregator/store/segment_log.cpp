@@ -1,0 +1,195 @@
+#include "segment_log.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace netprism::store {
+
+namespace {
+
+std::string errno_text(const char* what, const std::string& path) {
+  return fmt::format("{} {}: {}", what, path, std::strerror(errno));
+}
+
+// Syncs a directory, so that a file just created in it survives a power loss (the file's own fdatasync
+// covers its contents, not its name).
+bool sync_dir(const std::string& dir, std::string& err) {
+  Fd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (d.get() < 0 || ::fsync(d.get()) != 0) {
+    err = errno_text("sync", dir);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Fd::~Fd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Fd& Fd::operator=(Fd&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = o.release();
+  }
+  return *this;
+}
+
+SegmentLog::SegmentLog(std::string dir, uint64_t segment_bytes)
+    : dir_(std::move(dir)), segment_bytes_(segment_bytes ? segment_bytes : 1) {}
+
+std::string SegmentLog::path_of(uint64_t seg) const {
+  return fmt::format("{}/{:010}.seg", dir_, seg);
+}
+
+void SegmentLog::start_after(uint64_t last_seg) {
+  if (::mkdir(dir_.c_str(), 0750) != 0 && errno != EEXIST)
+    throw std::runtime_error(errno_text("mkdir", dir_));
+  std::string err;
+  if (!sync_dir(dir_ + "/..", err)) throw std::runtime_error(err);
+  write_fds_.clear();
+  staged_.clear();
+  flushed_ = false;
+  seg_ = tseg_ = last_seg + 1;
+  end_ = tend_ = 0;
+}
+
+SegmentLog::Place SegmentLog::place(uint64_t len) const {
+  if (tend_ > 0 && tend_ + len > segment_bytes_) return {tseg_ + 1, 0, true};
+  return {tseg_, tend_, tend_ == 0};
+}
+
+void SegmentLog::stage(std::string_view blob) {
+  const Place p = place(blob.size());
+  tseg_ = p.seg;
+  tend_ = p.off + blob.size();
+  if (staged_.empty() || staged_.back().seg != p.seg) staged_.push_back({p.seg, p.off, {}});
+  staged_.back().bytes.append(blob);
+  flushed_ = false;
+}
+
+bool SegmentLog::flush(std::string& err) {
+  if (staged_.empty() || flushed_) return true;
+  bool created = false;
+  for (const auto& s : staged_) {
+    auto it = write_fds_.find(s.seg);
+    if (it == write_fds_.end()) {
+      const std::string path = path_of(s.seg);
+      // Not O_TRUNC: a segment is only ever reopened to continue it, and a file left by a failed flush
+      // holds nothing a committed row names.
+      int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
+      if (fd >= 0)
+        created = true;
+      else if (errno == EEXIST)
+        fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd < 0) {
+        err = errno_text("open", path);
+        return false;
+      }
+      it = write_fds_.emplace(s.seg, Fd(fd)).first;
+    }
+    const char* p = s.bytes.data();
+    std::size_t left = s.bytes.size();
+    auto off = static_cast<off_t>(s.off);
+    while (left > 0) {
+      ssize_t n = ::pwrite(it->second.get(), p, left, off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        if (n == 0) errno = EIO;
+        err = errno_text("write", path_of(s.seg));
+        return false;
+      }
+      p += n;
+      left -= static_cast<std::size_t>(n);
+      off += n;
+    }
+    if (::fdatasync(it->second.get()) != 0) {
+      err = errno_text("sync", path_of(s.seg));
+      return false;
+    }
+  }
+  if (created && !sync_dir(dir_, err)) return false;
+  flushed_ = true;
+  return true;
+}
+
+void SegmentLog::committed() {
+  if (staged_.empty()) return;
+  seg_ = tseg_;
+  end_ = tend_;
+  staged_.clear();
+  flushed_ = false;
+  // Segments before the current one are complete: no writer needs them open.
+  for (auto it = write_fds_.begin(); it != write_fds_.end();)
+    it = it->first < seg_ ? write_fds_.erase(it) : std::next(it);
+}
+
+void SegmentLog::rolled_back() {
+  staged_.clear();
+  flushed_ = false;
+  tseg_ = seg_;
+  tend_ = end_;
+}
+
+bool SegmentLog::read(uint64_t seg, uint64_t off, uint64_t len, std::string& out, std::string& err) {
+  auto it = read_fds_.find(seg);
+  if (it == read_fds_.end()) {
+    if (read_fds_.size() >= 16) read_fds_.clear();
+    const std::string path = path_of(seg);
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      err = errno == ENOENT
+                ? fmt::format("segment {} is gone (retention deleted it, or it was not copied)", path)
+                : errno_text("open", path);
+      return false;
+    }
+    it = read_fds_.emplace(seg, Fd(fd)).first;
+  }
+  out.resize(len);
+  std::size_t got = 0;
+  while (got < len) {
+    ssize_t n = ::pread(it->second.get(), out.data() + got, len - got, static_cast<off_t>(off + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      err = errno_text("read", path_of(seg));
+      return false;
+    }
+    if (n == 0) {
+      err = fmt::format("segment {} ends before byte {} (truncated)", path_of(seg), off + len);
+      return false;
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+std::vector<uint64_t> SegmentLog::files() const {
+  std::vector<uint64_t> out;
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir_.c_str()), &::closedir);
+  if (!d) return out;
+  while (const dirent* e = ::readdir(d.get())) {
+    std::string_view name(e->d_name);
+    if (name.size() != 14 || name.substr(10) != ".seg") continue;
+    uint64_t v = 0;
+    bool digits = true;
+    for (char c : name.substr(0, 10)) {
+      if (c < '0' || c > '9') digits = false;
+      v = v * 10 + static_cast<uint64_t>(c - '0');
+    }
+    if (digits) out.push_back(v);
+  }
+  return out;
+}
+
+}  // namespace netprism::store
