@@ -253,7 +253,13 @@ Durable run_durable(const Params& p, const std::vector<std::vector<std::string>>
   std::string path = dir + "/netprism.db";
   if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
     sqlite3_stmt* st = nullptr;
-    sqlite3_prepare_v2(db, "SELECT coalesce(sum(length(data)),0) FROM batches", -1, &st, nullptr);
+    // A batch's bytes: in a segment file (seg_len) or, for a daemon from before segments (the A/B
+    // variable), inline.
+    if (sqlite3_prepare_v2(db, "SELECT coalesce(sum(coalesce(seg_len,length(data))),0) FROM batches", -1, &st,
+                           nullptr) != SQLITE_OK) {
+      sqlite3_finalize(st);
+      sqlite3_prepare_v2(db, "SELECT coalesce(sum(length(data)),0) FROM batches", -1, &st, nullptr);
+    }
     if (sqlite3_step(st) == SQLITE_ROW) d.blob_bytes = static_cast<uint64_t>(sqlite3_column_int64(st, 0));
     sqlite3_finalize(st);
   }
@@ -263,6 +269,9 @@ Durable run_durable(const Params& p, const std::vector<std::vector<std::string>>
     auto n = std::filesystem::file_size(path + suffix, ec);
     if (!ec) d.file_bytes += n;
   }
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(path + "-segments", ec))
+    if (e.is_regular_file(ec)) d.file_bytes += e.file_size(ec);
   return d;
 }
 
@@ -349,26 +358,27 @@ int main(int argc, char** argv) {
   double raw_rps = records / raw, dur_rps = records / d.secs;
   const nlohmann::json level =
       p.zstd_level == 0 ? nlohmann::json("aggregator default") : nlohmann::json(p.zstd_level);
-  nlohmann::json out = {{"senders", p.senders},
-                        {"batches_per_sender", p.batches},
-                        {"records_per_batch", p.records},
-                        {"window", p.window},
-                        {"zstd_level", level},
-                        {"wire_bytes_per_record", wire_bytes / records},
-                        {"raw_zmq_records_per_s", raw_rps},
-                        {"raw_zmq_MB_per_s", wire_bytes / raw / 1e6},
-                        {"durable_records_per_s", dur_rps},
-                        {"durable_MB_per_s", wire_bytes / d.secs / 1e6},
-                        {"ratio_durable_vs_raw", median_of(ratios)},  // median of the rounds' ratios
-                        {"ratio_rounds", ratios},
-                        {"ratio_of_median_rates", dur_rps / raw_rps},
-                        {"batches_acked_ok", d.stored_ok},
-                        {"stored_bytes_per_record", d.blob_bytes / records},
-                        // CPU per record (ns) while timed: where the time goes on a shared machine
-                        {"raw_cpu_ns_per_record", rr.cpu_s / records * 1e9},
-                        {"durable_senders_cpu_ns_per_record", d.senders_cpu_s / records * 1e9},
-                        {"durable_aggregator_cpu_ns_per_record", d.aggregator_cpu_s / records * 1e9},
-                        {"db_file_bytes_per_record", d.file_bytes / records}};
+  nlohmann::json out = {
+      {"senders", p.senders},
+      {"batches_per_sender", p.batches},
+      {"records_per_batch", p.records},
+      {"window", p.window},
+      {"zstd_level", level},
+      {"wire_bytes_per_record", wire_bytes / records},
+      {"raw_zmq_records_per_s", raw_rps},
+      {"raw_zmq_MB_per_s", wire_bytes / raw / 1e6},
+      {"durable_records_per_s", dur_rps},
+      {"durable_MB_per_s", wire_bytes / d.secs / 1e6},
+      {"ratio_durable_vs_raw", median_of(ratios)},  // median of the rounds' ratios
+      {"ratio_rounds", ratios},
+      {"ratio_of_median_rates", dur_rps / raw_rps},
+      {"batches_acked_ok", d.stored_ok},
+      {"stored_bytes_per_record", d.blob_bytes / records},
+      // CPU per record (ns) while timed: where the time goes on a shared machine
+      {"raw_cpu_ns_per_record", rr.cpu_s / records * 1e9},
+      {"durable_senders_cpu_ns_per_record", d.senders_cpu_s / records * 1e9},
+      {"durable_aggregator_cpu_ns_per_record", d.aggregator_cpu_s / records * 1e9},
+      {"db_file_bytes_per_record", d.file_bytes / records}};  // database, WAL and segment files
   // Where the aggregator's CPU per record went (ns, by thread name); the threads' sum can differ slightly
   // from the process figure (threads that ended while timed, clock-tick rounding).
   nlohmann::json by_thread = nlohmann::json::object();
