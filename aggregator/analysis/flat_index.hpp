@@ -53,6 +53,17 @@ class FlatIndex {
       if (s.tag == tag && is_key(s.index)) return s.index;
     }
   }
+  // Hints for a lookup of hash h coming soon (StreamingAnalysis::add of a run of events): prefetch() starts
+  // loading h's first slot; peek() returns the record index in that slot if its tag matches (npos
+  // otherwise), unchecked -- only for prefetching that record; find() is what decides.
+  void prefetch(uint64_t h) const {
+    if (!slots_.empty()) __builtin_prefetch(&slots_[tag_of(h) & mask_]);
+  }
+  uint32_t peek(uint64_t h) const {
+    if (slots_.empty()) return npos;
+    const Slot& s = slots_[tag_of(h) & mask_];
+    return s.tag == tag_of(h) ? s.index : npos;
+  }
   // Adds a record; its key must not be present (find() first).
   void insert(uint64_t h, uint32_t index) {
     if (2 * (size_ + 1) > slots_.size()) rehash(capacity_for(size_ + 1));

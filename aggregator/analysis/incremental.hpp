@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -65,6 +66,10 @@ class StreamingAnalysis {
   // Changes when interned ids are renumbered (compaction): callers caching ids must drop their caches.
   uint64_t generation() const { return generation_; }
   void add(const Event& e);
+  // The same as add() of each in order; faster on a run of events (a stored batch's): the flow and
+  // connection records that later events of the run need are fetched from memory while earlier ones are
+  // added (at a million events/s, each add() waited on ~3 cache misses in a row).
+  void add(std::span<const Event> events);
   void add(const FlowEvent& e);  // convenience (tests, reload from the store)
   void set_addr_nodes(const std::map<std::string, std::string>& m);
   // Analyses what changed; jobs currently seen (history included), sorted by first transfer.

@@ -212,6 +212,7 @@ void LiveAnalysis::pass(store::Store* writer) {
     if (it == addr_id_.end()) it = addr_id_.emplace(key, engine_.intern(format_addr(a))).first;
     return it->second;
   };
+  std::vector<analysis::StreamingAnalysis::Event> events;  // one stored batch's, added as a run
   for (const auto& [stored, flowlets] : fresh) {
     std::string err;
     std::optional<Batch> batch = store::decompress_stored(stored, err);
@@ -222,9 +223,10 @@ void LiveAnalysis::pass(store::Store* writer) {
       continue;
     }
     uint32_t obs = engine_.intern(batch->node);
+    events.clear();
     for (const auto& f : batch->flowlets) {
       if (own_.matches(f)) continue;
-      analysis::StreamingAnalysis::Event e;
+      analysis::StreamingAnalysis::Event& e = events.emplace_back();
       e.observer = obs;
       e.src = id_of(f.key.saddr);
       e.dst = id_of(f.key.daddr);
@@ -240,8 +242,8 @@ void LiveAnalysis::pass(store::Store* writer) {
       e.bytes = f.bytes;
       e.payload_bytes = f.payload_bytes;
       e.packets = f.packets;
-      engine_.add(e);
     }
+    engine_.add(events);
   }
   fresh.clear();
   analysis::Result r = engine_.pass(now);

@@ -206,3 +206,69 @@ TEST(StreamingAnalysis, ForgetsSilentConnectionsAndCompactsIds) {
   EXPECT_LT(sa.stats().conns, 100u);
   expect_same_jobs(live, off, 1);
 }
+
+// The daemon adds each stored batch's events as one run (add(span), which prefetches ahead): the state it
+// builds must be exactly the one adding them one by one builds -- same jobs, iterations and counters.
+TEST(StreamingAnalysis, RunsOfEventsAddExactlyAsOneByOne) {
+  synth::Spec a, b;
+  a.dp = 2, a.pp = 2, a.iters = 60;
+  b.dp = 4, b.pp = 1, b.iters = 60, b.node_base = 4, b.port_base = 41000, b.subnet = "10.0.1.";
+  Input in;
+  synth::generate(a, in);
+  synth::generate(b, in);
+  in = arrival_order(std::move(in));
+  StreamingAnalysis one, runs;
+  auto as_event = [](StreamingAnalysis& sa, const FlowEvent& e) {
+    StreamingAnalysis::Event x;
+    x.observer = sa.intern(e.observer);
+    x.src = sa.intern(e.src);
+    x.dst = sa.intern(e.dst);
+    x.src_port = e.src_port;
+    x.dst_port = e.dst_port;
+    x.qpn = e.qpn;
+    x.proto = e.proto;
+    x.dir = e.dir;
+    x.tcp_flags = e.tcp_flags;
+    x.v6 = e.src.find(':') != std::string::npos;
+    x.first_ns = e.first_ns;
+    x.last_ns = e.last_ns;
+    x.bytes = e.bytes;
+    x.payload_bytes = e.payload_bytes;
+    x.packets = e.packets;
+    return x;
+  };
+  one.set_addr_nodes(in.addr_node);
+  runs.set_addr_nodes(in.addr_node);
+  uint64_t t = in.events.front().last_ns + kSec;
+  std::size_t i = 0, passes = 0;
+  std::vector<StreamingAnalysis::Event> run;
+  while (i < in.events.size()) {
+    std::size_t j = i;
+    while (j < in.events.size() && in.events[j].last_ns <= t) ++j;
+    for (std::size_t k = i; k < j; ++k) one.add(as_event(one, in.events[k]));
+    for (std::size_t k = i; k < j; k += 37) {  // runs of 37: not a divisor of anything in the input
+      run.clear();
+      for (std::size_t m = k; m < std::min(j, k + 37); ++m) run.push_back(as_event(runs, in.events[m]));
+      runs.add(run);
+    }
+    i = j;
+    Result r1 = one.pass(t), r2 = runs.pass(t);
+    ASSERT_EQ(r1.jobs.size(), r2.jobs.size()) << "pass " << passes;
+    for (std::size_t k = 0; k < r1.jobs.size(); ++k) {
+      EXPECT_EQ(r1.jobs[k].id, r2.jobs[k].id);
+      EXPECT_EQ(r1.jobs[k].nodes, r2.jobs[k].nodes);
+      ASSERT_EQ(r1.jobs[k].iterations.size(), r2.jobs[k].iterations.size()) << "pass " << passes;
+      for (std::size_t n = 0; n < r1.jobs[k].iterations.size(); ++n) {
+        EXPECT_EQ(r1.jobs[k].iterations[n].start_ns, r2.jobs[k].iterations[n].start_ns);
+        EXPECT_EQ(r1.jobs[k].iterations[n].end_ns, r2.jobs[k].iterations[n].end_ns);
+      }
+    }
+    EXPECT_EQ(one.stats().events, runs.stats().events);
+    EXPECT_EQ(one.stats().xfers, runs.stats().xfers);
+    EXPECT_EQ(one.stats().conns, runs.stats().conns);
+    ++passes;
+    t += kSec;
+  }
+  EXPECT_GT(passes, 20u);
+  EXPECT_EQ(one.pass(t).jobs.size(), 2u);
+}
