@@ -106,13 +106,13 @@ Store::Store(const std::string& path, Db::Mode mode, int zstd_level)
 
 void Store::create_schema() {
   db_.exec(kSchema);
-  // A store written by a build from before segments: its batches table gains the (nullable) columns.
-  if (!db_.prepare("SELECT 1 FROM pragma_table_info('batches') WHERE name='seg'").step()) {
-    Transaction tx(db_);
+  // A store written by a build from before segments: its batches table gains the (nullable) columns. Checked
+  // under the write lock, so that two writers opening the store at once cannot both add them.
+  Transaction tx(db_);
+  if (!db_.prepare("SELECT 1 FROM pragma_table_info('batches') WHERE name='seg'").step())
     for (const char* c : {"seg", "seg_off", "seg_len"})
       db_.exec(std::string("ALTER TABLE batches ADD COLUMN ") + c + " INTEGER");
-    tx.commit();
-  }
+  tx.commit();
 }
 
 std::string Store::seg_cols() const {
@@ -473,6 +473,8 @@ void Store::scan_batches(const std::optional<std::string>& node, uint64_t since,
       }
     if (on_error) on_error("batch row " + std::to_string(s.i64(1)) + ": " + err);
   }
+  // Not kept open between reads: an open descriptor would hold the space of a segment retention deleted.
+  segs_.close_readers();
 }
 
 std::vector<Store::RawRow> Store::raw_batches(int64_t after_id, uint64_t since, uint64_t until,
@@ -489,7 +491,10 @@ std::vector<Store::RawRow> Store::raw_batches(int64_t after_id, uint64_t since, 
   while (s.step()) {
     std::string err;
     auto blob = row_blob(s, 9, buf, err);
-    if (!blob) throw SqliteError("batch row " + std::to_string(s.i64(0)) + ": " + err);
+    if (!blob) {
+      segs_.close_readers();
+      throw SqliteError("batch row " + std::to_string(s.i64(0)) + ": " + err);
+    }
     RawRow r{s.i64(0),
              s.text(1),
              static_cast<uint64_t>(s.i64(2)),
@@ -504,6 +509,7 @@ std::vector<Store::RawRow> Store::raw_batches(int64_t after_id, uint64_t since, 
     out.push_back(std::move(r));
     if (total >= max_bytes) break;
   }
+  segs_.close_readers();
   return out;
 }
 
