@@ -270,3 +270,26 @@ TEST(SegmentStore, StoresFromBeforeSegmentsReadAndAreExtendedInPlace) {
 }
 
 }  // namespace
+
+namespace {
+
+// The database copied without its segment directory (an operator's partial backup): every read says which
+// segment is missing; nothing crashes, and `netprism record` (raw_batches) fails loudly instead of copying
+// rows without their bytes.
+TEST(SegmentStore, ADatabaseWithoutItsSegmentsReportsEveryMissingBatch) {
+  TmpDir d, partial;
+  {
+    store::Store s(d.path, store::Db::Mode::kReadWrite);
+    s.enable_segments(64u << 20);
+    ASSERT_TRUE(commit_group(s, {make_batch("n", 0, 10, 1000), make_batch("n", 1, 10, 2000)}));
+  }
+  fs::copy_file(store::Store::resolve(d.path), store::Store::resolve(partial.path));
+  store::Store r(partial.path, store::Db::Mode::kReadOnly);
+  std::vector<std::string> errors;
+  EXPECT_TRUE(scan(r, &errors).empty());
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_NE(errors[0].find("is gone"), std::string::npos) << errors[0];
+  EXPECT_THROW(r.raw_batches(0, 0, UINT64_MAX, 1u << 30), store::SqliteError);
+}
+
+}  // namespace
