@@ -97,8 +97,12 @@ class SegmentLog {
   };
   std::vector<Staged> staged_;
   bool flushed_ = false;
-  std::map<uint64_t, Fd> write_fds_;  // segments this writer appends to (at most the current two)
-  std::map<uint64_t, Fd> read_fds_;   // during one scan (readers scan in time order, few segments at once)
+  struct Writer {
+    Fd fd;
+    bool name_synced;  // its directory entry is durable
+  };
+  std::map<uint64_t, Writer> write_fds_;  // segments this writer appends to (at most the current two)
+  std::map<uint64_t, Fd> read_fds_;  // during one scan (readers scan in time order, few segments at once)
 };
 
 }  // namespace netprism::store
