@@ -170,6 +170,17 @@ void Store::commit(Transaction& tx) {
   segs_.committed();
 }
 
+template <class Key>
+void Store::delete_each(const char* sql, const std::vector<Key>& keys) {
+  Transaction tx(db_);
+  auto del = db_.prepare(sql);
+  for (const Key& k : keys) {
+    del.bind(1, k);
+    del.run();
+  }
+  commit(tx);
+}
+
 uint64_t Store::free_segments() {
   if (!seg_writer_) return 0;
   std::vector<std::pair<uint64_t, int64_t>> segs;  // (seg, first id), in order
@@ -189,15 +200,7 @@ uint64_t Store::free_segments() {
     probe.reset();
   }
   if (unused.empty()) return 0;
-  {
-    Transaction tx(db_);
-    auto del = db_.prepare("DELETE FROM segments WHERE seg = ?");
-    for (uint64_t s : unused) {
-      del.bind(1, s);
-      del.run();
-    }
-    commit(tx);
-  }
+  delete_each("DELETE FROM segments WHERE seg = ?", unused);
   // After the commit: a crash before these leaves files no row names, which the next start removes.
   for (uint64_t s : unused) ::unlink(segs_.path_of(s).c_str());
   return unused.size();
@@ -235,20 +238,22 @@ bool Store::insert_compressed(const Batch& b, std::string_view z, std::size_t ra
 
 bool Store::insert_compressed(const Batch& b, const BatchSpan& s, std::string_view z, std::size_t raw_bytes,
                               uint64_t received_ns) {
+  // The columns both forms share, from parameter `at` on: node .. raw_bytes.
+  auto bind_row = [&](Stmt& st, int at) {
+    st.bind(at, b.node)
+        .bind(at + 1, b.epoch)
+        .bind(at + 2, b.seq)
+        .bind(at + 3, received_ns)
+        .bind(at + 4, s.first_ns)
+        .bind(at + 5, s.last_ns)
+        .bind(at + 6, s.records)
+        .bind(at + 7, static_cast<uint64_t>(raw_bytes));
+  };
   if (seg_writer_) {
     const SegmentLog::Place p = segs_.place(z.size());
-    ins_seg_batch_.bind(1, next_id_)
-        .bind(2, b.node)
-        .bind(3, b.epoch)
-        .bind(4, b.seq)
-        .bind(5, received_ns)
-        .bind(6, s.first_ns)
-        .bind(7, s.last_ns)
-        .bind(8, s.records)
-        .bind(9, static_cast<uint64_t>(raw_bytes))
-        .bind(10, p.seg)
-        .bind(11, p.off)
-        .bind(12, static_cast<uint64_t>(z.size()));
+    ins_seg_batch_.bind(1, next_id_);
+    bind_row(ins_seg_batch_, 2);
+    ins_seg_batch_.bind(10, p.seg).bind(11, p.off).bind(12, static_cast<uint64_t>(z.size()));
     ins_seg_batch_.run();
     if (db_.changes() != 1) return false;  // (node, epoch, seq) is stored already
     if (p.first_in_seg) reg_segment_.bind(1, p.seg).bind(2, next_id_).bind(3, received_ns).run();
@@ -256,15 +261,8 @@ bool Store::insert_compressed(const Batch& b, const BatchSpan& s, std::string_vi
     ++next_id_;
     return true;
   }
-  ins_batch_.bind(1, b.node)
-      .bind(2, b.epoch)
-      .bind(3, b.seq)
-      .bind(4, received_ns)
-      .bind(5, s.first_ns)
-      .bind(6, s.last_ns)
-      .bind(7, s.records)
-      .bind(8, static_cast<uint64_t>(raw_bytes))
-      .bind_blob(9, z.data(), z.size());
+  bind_row(ins_batch_, 1);
+  ins_batch_.bind_blob(9, z.data(), z.size());
   ins_batch_.run();
   return db_.changes() == 1;
 }
@@ -320,13 +318,7 @@ RetentionResult Store::apply_retention(uint64_t min_last_ns, uint64_t max_bytes,
       }
     }
     if (ids.empty()) break;
-    Transaction tx(db_);
-    auto del = db_.prepare("DELETE FROM batches WHERE id = ?");
-    for (auto id : ids) {
-      del.bind(1, id);
-      del.run();
-    }
-    commit(tx);
+    delete_each("DELETE FROM batches WHERE id = ?", ids);
     r.deleted_batches += ids.size();
     r.stored_bytes -= std::min(r.stored_bytes, freed);
   }
