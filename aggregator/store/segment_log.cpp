@@ -158,6 +158,17 @@ bool SegmentLog::read(uint64_t seg, uint64_t off, uint64_t len, std::string& out
     }
     it = read_fds_.emplace(seg, Fd(fd)).first;
   }
+  // Checked before allocating: a corrupt row's length must not become a huge allocation.
+  struct stat st {};
+  if (::fstat(it->second.get(), &st) != 0) {
+    err = errno_text("stat", path_of(seg));
+    return false;
+  }
+  if (off > static_cast<uint64_t>(st.st_size) || len > static_cast<uint64_t>(st.st_size) - off) {
+    err =
+        fmt::format("segment {} ends before byte {} (truncated, or a corrupt row)", path_of(seg), off + len);
+    return false;
+  }
   out.resize(len);
   std::size_t got = 0;
   while (got < len) {

@@ -293,3 +293,30 @@ TEST(SegmentStore, ADatabaseWithoutItsSegmentsReportsEveryMissingBatch) {
 }
 
 }  // namespace
+
+namespace {
+
+// Rows whose segment fields are corrupt (a length of 2^50, an offset past the end, a segment that never
+// existed) are errors naming the row; nothing is allocated for them and the other rows still read.
+TEST(SegmentStore, CorruptSegmentFieldsAreErrorsNeverHugeAllocations) {
+  TmpDir d;
+  std::vector<Batch> in;
+  {
+    store::Store s(d.path, store::Db::Mode::kReadWrite);
+    s.enable_segments(64u << 20);
+    for (uint64_t i = 0; i < 4; ++i) in.push_back(make_batch("n", i, 10, 1000 * (i + 1)));
+    ASSERT_TRUE(commit_group(s, in));
+  }
+  {
+    store::Db db(store::Store::resolve(d.path), store::Db::Mode::kReadWrite);
+    db.exec("UPDATE batches SET seg_len = 1125899906842624 WHERE seq = 1");
+    db.exec("UPDATE batches SET seg_off = 9223372036854775000 WHERE seq = 2");
+    db.exec("UPDATE batches SET seg = 999999 WHERE seq = 3");
+  }
+  store::Store r(d.path, store::Db::Mode::kReadOnly);
+  std::vector<std::string> errors;
+  EXPECT_EQ(scan(r, &errors), std::vector<Batch>{in[0]});
+  EXPECT_EQ(errors.size(), 3u);
+}
+
+}  // namespace
