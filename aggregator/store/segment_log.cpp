@@ -138,6 +138,14 @@ void SegmentLog::committed() {
 }
 
 void SegmentLog::rolled_back() {
+  if (flushed_) {
+    // The bytes were written and synced, then the COMMIT failed. SQLite may still have written that
+    // transaction's frames (a failed WAL sync), and a crash before the next commit lets recovery replay
+    // them: its rows would name these bytes. So they are never written over: writing continues in a new
+    // segment (registered by its first row, like any other).
+    seg_ = tseg_ + 1;
+    end_ = 0;
+  }
   staged_.clear();
   flushed_ = false;
   tseg_ = seg_;

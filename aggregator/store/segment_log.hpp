@@ -9,7 +9,9 @@
 // Durability: the writer stages each fresh blob while its row is inserted; before the transaction commits,
 // flush() writes the staged bytes and fdatasync()s the segment (and the directory, for a new file), so a
 // committed row never points at bytes the disk may not have. A failed flush or commit leaves bytes that no
-// committed row references; the next transaction writes over them (offsets restart from the last commit).
+// committed row references; the next transaction writes over them (offsets restart from the last commit) --
+// unless the flush succeeded and only the COMMIT failed, which SQLite's recovery might still replay: then the
+// next transaction starts a new segment.
 //
 // One writer per data dir (the daemon's ingest committer); readers (the query server, the analysis, the
 // offline CLI) only pread() at offsets committed rows name.
@@ -71,8 +73,10 @@ class SegmentLog {
   // staged until committed() or rolled_back().
   bool flush(std::string& err);
   bool flushed() const { return staged_.empty() || flushed_; }
-  void committed();    // the transaction that referenced the staged blobs committed
-  void rolled_back();  // ... did not: offsets go back to the last commit
+  void committed();  // the transaction that referenced the staged blobs committed
+  // ... did not: offsets go back to the last commit, or on to a new segment when the staged bytes were
+  // already flushed (see rolled_back()).
+  void rolled_back();
   uint64_t current_seg() const { return seg_; }
 
   // ---- readers (any process) ----

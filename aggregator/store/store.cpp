@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 
 #include "netprism/wire.hpp"
@@ -45,6 +46,7 @@ CREATE INDEX IF NOT EXISTS findings_job ON findings(job);
 // A segment holds at most this much: retention hands space back to the file system a segment at a time,
 // and 64 MiB is a few seconds of a 1,000-node cluster's batches, or minutes of a small one.
 constexpr uint64_t kSegmentBytes = 64u << 20;
+constexpr const char* kSegmentHighWater = "segment_high_water";  // meta key: the highest number ever used
 
 bool is_dir(const std::string& p) {
   struct stat st {};
@@ -135,6 +137,10 @@ void Store::enable_segments(uint64_t segment_bytes) {
     }
   }
   uint64_t last = known.empty() ? 0 : *known.rbegin();
+  // Numbers are never used twice, even after retention freed every segment: a reader's old snapshot must
+  // not find another segment's bytes under a number it knows.
+  if (auto hw = meta(kSegmentHighWater))
+    last = std::max<uint64_t>(last, std::strtoull(hw->c_str(), nullptr, 10));
   // Files no committed row names: a crash between a segment's write and its transaction's commit, or
   // between retention's commit and its unlink.
   for (uint64_t f : segs_.files()) {
@@ -148,8 +154,9 @@ void Store::enable_segments(uint64_t segment_bytes) {
       "INSERT INTO batches(id,node,epoch,seq,received_ns,first_ns,last_ns,records,raw_bytes,data,seg,seg_off,"
       "seg_len) VALUES(?,?,?,?,?,?,?,?,?,X'',?,?,?) ON CONFLICT(node,epoch,seq) DO NOTHING");
   reg_segment_ = db_.prepare("INSERT OR IGNORE INTO segments(seg,first_id,created_ns) VALUES(?,?,?)");
-  // A transaction that would commit rows naming unwritten segment bytes is turned into a rollback (only a
-  // commit that bypassed commit() can get here); a rollback, however it happens, forgets what it staged.
+  // A transaction that would commit rows naming unwritten segment bytes is turned into a rollback (a commit
+  // that bypassed commit(); inserts outside a transaction are refused in insert_compressed()); a rollback,
+  // however it happens, forgets what it staged.
   sqlite3_commit_hook(
       db_.get(), [](void* self) { return static_cast<Store*>(self)->segs_.flushed() ? 0 : 1; }, this);
   sqlite3_rollback_hook(
@@ -201,8 +208,9 @@ uint64_t Store::free_segments() {
   }
   if (unused.empty()) return 0;
   delete_each("DELETE FROM segments WHERE seg = ?", unused);
-  // After the commit: a crash before these leaves files no row names, which the next start removes.
-  for (uint64_t s : unused) ::unlink(segs_.path_of(s).c_str());
+  // The files go one retention pass later: a reader whose snapshot began before this commit may still read
+  // these rows now. A crash before then leaves files no row names, which the next start removes.
+  unlink_later_.insert(unlink_later_.end(), unused.begin(), unused.end());
   return unused.size();
 }
 
@@ -250,13 +258,19 @@ bool Store::insert_compressed(const Batch& b, const BatchSpan& s, std::string_vi
         .bind(at + 7, static_cast<uint64_t>(raw_bytes));
   };
   if (seg_writer_) {
+    // In autocommit mode the row would be committed by the INSERT itself, before its bytes are written.
+    if (sqlite3_get_autocommit(db_.get()))
+      throw SqliteError("a segment writer stores batches only inside a transaction (Store::commit())");
     const SegmentLog::Place p = segs_.place(z.size());
     ins_seg_batch_.bind(1, next_id_);
     bind_row(ins_seg_batch_, 2);
     ins_seg_batch_.bind(10, p.seg).bind(11, p.off).bind(12, static_cast<uint64_t>(z.size()));
     ins_seg_batch_.run();
     if (db_.changes() != 1) return false;  // (node, epoch, seq) is stored already
-    if (p.first_in_seg) reg_segment_.bind(1, p.seg).bind(2, next_id_).bind(3, received_ns).run();
+    if (p.first_in_seg) {
+      reg_segment_.bind(1, p.seg).bind(2, next_id_).bind(3, received_ns).run();
+      set_meta(kSegmentHighWater, std::to_string(p.seg));
+    }
     segs_.stage(z);
     ++next_id_;
     return true;
@@ -282,6 +296,8 @@ void Store::touch_node(const std::string& node, uint64_t last_seen_ns, uint64_t 
 }
 
 RetentionResult Store::apply_retention(uint64_t min_last_ns, uint64_t max_bytes, uint64_t current_bytes) {
+  for (uint64_t s : unlink_later_) ::unlink(segs_.path_of(s).c_str());  // freed by the previous pass
+  unlink_later_.clear();
   // Works from the caller's running total and the (last_ns) index only: no full-table scan, which would
   // grow with the store (a 100-node cluster adds ~1000 batches/s).
   RetentionResult r;
@@ -456,6 +472,12 @@ void Store::scan_batches(const std::optional<std::string>& node, uint64_t since,
       .bind(2, std::min<uint64_t>(until, std::numeric_limits<int64_t>::max()));
   if (node) s.bind(3, *node);
   std::string buf;
+  // Not kept open between reads (also when fn throws): an open descriptor would hold the space of a segment
+  // retention deleted.
+  struct CloseReaders {
+    SegmentLog& l;
+    ~CloseReaders() { l.close_readers(); }
+  } close_readers{segs_};
   while (s.step()) {
     std::string err;
     if (auto blob = row_blob(s, 2, buf, err))
@@ -465,8 +487,6 @@ void Store::scan_batches(const std::optional<std::string>& node, uint64_t since,
       }
     if (on_error) on_error("batch row " + std::to_string(s.i64(1)) + ": " + err);
   }
-  // Not kept open between reads: an open descriptor would hold the space of a segment retention deleted.
-  segs_.close_readers();
 }
 
 std::vector<Store::RawRow> Store::raw_batches(int64_t after_id, uint64_t since, uint64_t until,

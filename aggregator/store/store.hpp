@@ -135,7 +135,8 @@ class Store {
   bool seg_columns_ = false;  // the batches table has the segment columns
   SegmentLog segs_;           // reads (any store); writes once enable_segments() was called
   bool seg_writer_ = false;
-  int64_t next_id_ = 1;  // batch ids a segment writer assigns: increasing, never reused
+  int64_t next_id_ = 1;                 // batch ids a segment writer assigns: increasing, never reused
+  std::vector<uint64_t> unlink_later_;  // segments freed by the last retention pass, files not yet removed
   Stmt ins_batch_, ins_seg_batch_, reg_segment_, touch_, touch_counters_;
   std::string zbuf_;     // compression buffer reused across batches
   std::string scratch_;  // column encoding before compression, reused likewise

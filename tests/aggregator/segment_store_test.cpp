@@ -149,6 +149,9 @@ TEST(SegmentStore, ACommitBypassingTheSegmentFlushIsRefused) {
     EXPECT_THROW(tx.commit(), store::SqliteError) << "rows naming unwritten bytes must not commit";
   }
   EXPECT_EQ(s.batch_count(), 0u);
+  // Outside a transaction the INSERT would commit itself before the bytes exist: refused.
+  EXPECT_THROW(s.insert_batch(b, wire::encode(b), 1), store::SqliteError);
+  EXPECT_EQ(s.batch_count(), 0u);
   EXPECT_TRUE(commit_group(s, {b})) << "the batch is not taken for a duplicate afterwards";
   EXPECT_EQ(scan(s), std::vector<Batch>{b});
 }
@@ -223,7 +226,9 @@ TEST(SegmentStore, RetentionDeletesSegmentsNoRowUsesAnyMore) {
   // Age: everything that ended before the 4th batch's start goes.
   auto r = s.apply_retention(4 * 1000000000ull, 0, s.stored_bytes());
   EXPECT_EQ(r.deleted_batches, 3u);
-  EXPECT_EQ(segment_files(d.path).size(), 3u) << "their segments' files are deleted with them";
+  EXPECT_EQ(segment_files(d.path).size(), 6u) << "files stay one pass longer, for readers' snapshots";
+  EXPECT_EQ(s.apply_retention(0, 0, s.stored_bytes()).deleted_batches, 0u);
+  EXPECT_EQ(segment_files(d.path).size(), 3u) << "then their segments' files are deleted";
   in.erase(in.begin(), in.begin() + 3);
   EXPECT_EQ(scan(s), in);
   // Size: keep about one batch's bytes.
@@ -231,6 +236,7 @@ TEST(SegmentStore, RetentionDeletesSegmentsNoRowUsesAnyMore) {
   r = s.apply_retention(0, one + one / 2, s.stored_bytes());
   EXPECT_EQ(r.deleted_batches, 2u);
   EXPECT_LE(r.stored_bytes, one + one / 2);
+  s.apply_retention(0, 0, s.stored_bytes());
   EXPECT_EQ(segment_files(d.path).size(), 1u) << "only the newest batch's segment is left";
   EXPECT_EQ(scan(s), std::vector<Batch>{in.back()});
 }
@@ -317,6 +323,46 @@ TEST(SegmentStore, CorruptSegmentFieldsAreErrorsNeverHugeAllocations) {
   std::vector<std::string> errors;
   EXPECT_EQ(scan(r, &errors), std::vector<Batch>{in[0]});
   EXPECT_EQ(errors.size(), 3u);
+}
+
+}  // namespace
+
+namespace {
+
+// The segment's bytes were flushed, then the COMMIT failed (here: the WAL cannot grow). SQLite's recovery
+// could still replay such a commit after a crash, so its bytes are never written over: the next commit goes
+// to a new segment, and everything committed reads back.
+TEST(SegmentStore, BytesOfACommitThatFailedAfterTheirFlushAreNeverWrittenOver) {
+  TmpDir d;
+  store::Store s(d.path, store::Db::Mode::kReadWrite);
+  s.enable_segments(64u << 20);
+  std::vector<Batch> in;
+  for (uint64_t i = 0; i < 30; ++i) {  // many small commits: the WAL grows well past the segment
+    in.push_back(make_batch("n", i, 3, 1000 * (i + 1)));
+    ASSERT_TRUE(commit_group(s, {in.back()}));
+  }
+  const auto db_file = store::Store::resolve(d.path);
+  const auto seg_dir = store::SegmentLog::dir_for(db_file);
+  const auto seg_used = fs::file_size(seg_dir + "/" + segment_files(d.path)[0]);
+  const auto wal = fs::file_size(db_file + "-wal");
+  ASSERT_GT(wal, seg_used + 64 * 1024) << "the test needs the WAL's end far beyond the segment's";
+  auto prev = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit old{};
+  ::getrlimit(RLIMIT_FSIZE, &old);
+  rlimit small = old;
+  small.rlim_cur = seg_used + 32 * 1024;  // the segment's append fits, the WAL's does not
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  EXPECT_THROW(commit_group(s, {make_batch("n", 100, 20, 900000)}), store::SqliteError);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
+  std::signal(SIGXFSZ, prev);
+  ASSERT_GT(fs::file_size(seg_dir + "/" + segment_files(d.path)[0]), seg_used)
+      << "the failed group's bytes were flushed before its COMMIT failed";
+  in.push_back(make_batch("n", 101, 20, 950000));
+  ASSERT_TRUE(commit_group(s, {in.back()}));
+  EXPECT_EQ(segment_files(d.path).size(), 2u) << "the next commit went to a new segment";
+  std::sort(in.begin(), in.end(), [](const Batch& a, const Batch& b) { return a.seq < b.seq; });
+  store::Store r(d.path, store::Db::Mode::kReadOnly);
+  EXPECT_EQ(scan(r), in);
 }
 
 }  // namespace
