@@ -321,13 +321,14 @@ RetentionResult Store::apply_retention(uint64_t min_last_ns, uint64_t max_bytes,
   };
   if (min_last_ns > 0)
     drop("last_ns < ?1", std::min<uint64_t>(min_last_ns, std::numeric_limits<int64_t>::max()));
-  // Size bound: the oldest batches (by time covered) go first, 256 per transaction so that ingest is never
-  // blocked for long.
+  // Size bound: the earliest received batches go first (id order: the aggregator's order, which no agent's
+  // clock can skew, and the order segments fill in, so their files empty one after another), 256 per
+  // transaction so that ingest is never blocked for long.
   while (max_bytes > 0 && r.stored_bytes > max_bytes) {
     std::vector<int64_t> ids;
     uint64_t freed = 0;
     {
-      auto q = db_.prepare("SELECT id, " + bytes_expr() + " FROM batches ORDER BY last_ns, id LIMIT 256");
+      auto q = db_.prepare("SELECT id, " + bytes_expr() + " FROM batches ORDER BY id LIMIT 256");
       while (r.stored_bytes - std::min(r.stored_bytes, freed) > max_bytes && q.step()) {
         ids.push_back(q.i64(0));
         freed += static_cast<uint64_t>(q.i64(1));

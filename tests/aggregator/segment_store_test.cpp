@@ -366,3 +366,41 @@ TEST(SegmentStore, BytesOfACommitThatFailedAfterTheirFlushAreNeverWrittenOver) {
 }
 
 }  // namespace
+
+namespace {
+
+// An agent whose clock runs ahead has the newest-looking rows in every segment, so deleting rows by their
+// times would neither empty a segment nor spare the other agents' newest batches. The size bound deletes in
+// receive order: the newest batches stay, the oldest segments empty, and the disk follows the bound.
+TEST(SegmentStore, ASizeBoundHoldsOnDiskWhenASkewedClockPinsEverySegment) {
+  TmpDir d;
+  store::Store s(d.path, store::Db::Mode::kReadWrite);
+  const uint64_t kFuture = 4000000000000000000ull;  // year 2096
+  std::string z, scratch;
+  ASSERT_TRUE(store::compress_stored(make_batch("ok", 0, 40, 1000), 1, z, scratch));
+  const uint64_t seg_bytes = 2 * z.size() + z.size() / 2;  // about two batches per segment
+  s.enable_segments(seg_bytes);
+  std::vector<Batch> newest;
+  for (uint64_t i = 0; i < 20; ++i) {
+    std::vector<Batch> g{make_batch("ok", i, 40, 1000000 * (i + 1)), make_batch("ahead", i, 40, kFuture + i)};
+    ASSERT_TRUE(commit_group(s, g));
+    if (i >= 18) newest.insert(newest.end(), g.begin(), g.end());
+  }
+  auto on_disk = [&] {
+    uint64_t n = 0;
+    for (const auto& f : segment_files(d.path))
+      n += fs::file_size(fs::path(store::SegmentLog::dir_for(store::Store::resolve(d.path))) / f);
+    return n;
+  };
+  const uint64_t before = on_disk(), bound = before / 4;
+  auto r = s.apply_retention(0, bound, s.stored_bytes());
+  EXPECT_GT(r.deleted_batches, 0u);
+  EXPECT_LE(r.stored_bytes, bound + seg_bytes);
+  s.apply_retention(0, bound, r.stored_bytes);  // the freed files go one pass later
+  EXPECT_LE(on_disk(), bound + 2 * seg_bytes) << "before: " << before;
+  auto kept = scan(s);
+  for (const auto& b : newest)
+    EXPECT_NE(std::find(kept.begin(), kept.end(), b), kept.end()) << b.node << b.seq;
+}
+
+}  // namespace
