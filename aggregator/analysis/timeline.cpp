@@ -481,9 +481,29 @@ Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structur
       // ends closer than half a step belong to one synchronisation (keep the later).
       auto& E = group_ends[g];
       if (static_cast<int>(g) != ref) {
+        // Between two synchronisations of its DP group a stage runs a forward/backward pass and sends its
+        // pipeline neighbours data (activations downstream, gradients upstream); during one it sends them
+        // nothing (a training loop waits for its pipeline sends before the all-reduce). A synchronisation
+        // stalled on a shaped link (a retransmission timeout after the shaper's drops leaves a gap as long
+        // as the compute between iterations) splits into two complete-looking episodes with no pipeline
+        // send of the group's members between them: one synchronisation. Its first end is not a step away
+        // from the next, so the spacing rule below misses it, and pairing by order would then put every
+        // later synchronisation of the group one iteration early. Only where the members' pipeline sends
+        // were seen at all (a group without pipeline neighbours, or whose sends were not captured, keeps
+        // every end); a send that starts inside a stall (a retransmission) only keeps the ends apart, as
+        // before.
+        std::vector<uint64_t> pp_sends;  // start of each pipeline send of a member, in time order
+        for (const Xfer& x : job.xfers)
+          if (s.group_of[x.src] == static_cast<int>(g) && s.stage_of[x.dst] >= 0 &&
+              s.stage_of[x.dst] != s.stage_of[x.src])
+            pp_sends.push_back(x.t0);
         std::vector<uint64_t> merged;
         for (uint64_t e : E) {
-          if (!merged.empty() && static_cast<double>(e - merged.back()) < 0.5 * T)
+          bool no_pass = !pp_sends.empty() && !merged.empty() &&
+                         std::upper_bound(pp_sends.begin(), pp_sends.end(), merged.back()) ==
+                             std::lower_bound(pp_sends.begin(), pp_sends.end(), e);
+          // (The spacing rule:) two ends closer than half a step belong to one synchronisation.
+          if (!merged.empty() && (no_pass || static_cast<double>(e - merged.back()) < 0.5 * T))
             merged.back() = e;
           else
             merged.push_back(e);
@@ -506,6 +526,12 @@ Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structur
           best_cost = c;
           best_shift = sh;
         }
+      }
+      if (std::getenv("NP_ANALYSIS_DEBUG") && !refb.empty()) {
+        std::fprintf(stderr, "group %zu: shift %ld (cost %.1f ms), ends:", g, best_shift, best_cost / 1e6);
+        for (uint64_t e : E)
+          std::fprintf(stderr, " %.1f", (static_cast<double>(e) - static_cast<double>(refb[0])) / 1e6);
+        std::fprintf(stderr, "\n");
       }
       // The window is three quarters of the step around this very slot (the spacing to the neighbouring
       // reference end on the side the group's end lies), never less than of the median step. A group's
@@ -586,6 +612,18 @@ Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structur
         member_end[g][slots[i]] = m.empty() ? ends[i] : static_cast<uint64_t>(median(std::move(m)));
       }
     }
+  if (std::getenv("NP_ANALYSIS_DEBUG") && !refb.empty()) {
+    uint64_t o = refb[0];
+    auto ms = [&](uint64_t v) { return v ? (static_cast<double>(v) - static_cast<double>(o)) / 1e6 : -1.0; };
+    std::fprintf(stderr, "timeline: step %.1f ms; per slot: reference end, then per group: end, member end\n",
+                 T / 1e6);
+    for (size_t k = 0; k < refb.size(); ++k) {
+      std::fprintf(stderr, "  slot %2zu ref %9.1f", k, ms(refb[k]));
+      for (size_t g = 0; g < s.dp_groups.size(); ++g)
+        std::fprintf(stderr, " | g%zu %9.1f %9.1f", g, ms(group_end[g][k]), ms(member_end[g][k]));
+      std::fprintf(stderr, "\n");
+    }
+  }
   std::vector<size_t> slot_of;  // boundary index -> reference slot
   for (size_t k = 0; k < refb.size(); ++k) {
     uint64_t b = 0;
