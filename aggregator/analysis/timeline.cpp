@@ -131,6 +131,35 @@ bool is_dp_xfer(const Structure& s, const Xfer& x, int group) {
   return s.group_of[x.src] == group && s.group_of[x.dst] == group && s.stage_of[x.src] == s.stage_of[x.dst];
 }
 
+// Between two synchronisations of its DP group a stage runs a forward/backward pass and sends its pipeline
+// neighbours data (activations downstream, gradients upstream); during one it sends them nothing new (a
+// training loop waits for its pipeline sends before the all-reduce; one that overlaps the all-reduce with
+// the backward pass sends inside it, and then nothing is merged, as before). A synchronisation stalled on
+// a shaped link (a retransmission timeout after the shaper's drops leaves a gap as long as the compute
+// between iterations: 380 ms in a testbed run with 700 ms steps) splits into two complete-looking episodes
+// with no pipeline send of the group's members starting between their ends: one synchronisation, the
+// later end kept. The spacing rules of build_timeline miss it (the first end is not close to the second),
+// and pairing by order would put every later synchronisation of the group one iteration early. Only where
+// the members' pipeline sends were seen at all: a job without pipeline stages, or whose pipeline sends
+// were not captured, keeps every end.
+std::vector<uint64_t> merge_stalled(const std::vector<uint64_t>& ends, const JobSlice& job,
+                                    const Structure& s, int group) {
+  std::vector<uint64_t> pp_sends;  // start of each pipeline send of a member, in time order
+  for (const Xfer& x : job.xfers)
+    if (s.group_of[x.src] == group && s.stage_of[x.dst] >= 0 && s.stage_of[x.dst] != s.stage_of[x.src])
+      pp_sends.push_back(x.t0);
+  if (pp_sends.empty()) return ends;
+  std::vector<uint64_t> merged;
+  for (uint64_t e : ends) {
+    if (!merged.empty() && std::upper_bound(pp_sends.begin(), pp_sends.end(), merged.back()) ==
+                               std::lower_bound(pp_sends.begin(), pp_sends.end(), e))
+      merged.back() = e;
+    else
+      merged.push_back(e);
+  }
+  return merged;
+}
+
 }  // namespace
 
 // Ends of each synchronisation of one DP group, in time order.
@@ -431,7 +460,7 @@ Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structur
       ref = static_cast<int>(g);
   std::vector<uint64_t> refb, ref_from;  // ref_from: pipelines without DP, where each iteration's data begins
   if (ref >= 0) {
-    refb = sync_ends(job, s, ref);
+    refb = merge_stalled(sync_ends(job, s, ref), job, s, ref);
   } else {
     PipelineBoundaries pb = pipeline_drains(job, s);
     refb = std::move(pb.boundaries);
@@ -481,29 +510,9 @@ Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structur
       // ends closer than half a step belong to one synchronisation (keep the later).
       auto& E = group_ends[g];
       if (static_cast<int>(g) != ref) {
-        // Between two synchronisations of its DP group a stage runs a forward/backward pass and sends its
-        // pipeline neighbours data (activations downstream, gradients upstream); during one it sends them
-        // nothing (a training loop waits for its pipeline sends before the all-reduce). A synchronisation
-        // stalled on a shaped link (a retransmission timeout after the shaper's drops leaves a gap as long
-        // as the compute between iterations) splits into two complete-looking episodes with no pipeline
-        // send of the group's members between them: one synchronisation. Its first end is not a step away
-        // from the next, so the spacing rule below misses it, and pairing by order would then put every
-        // later synchronisation of the group one iteration early. Only where the members' pipeline sends
-        // were seen at all (a group without pipeline neighbours, or whose sends were not captured, keeps
-        // every end); a send that starts inside a stall (a retransmission) only keeps the ends apart, as
-        // before.
-        std::vector<uint64_t> pp_sends;  // start of each pipeline send of a member, in time order
-        for (const Xfer& x : job.xfers)
-          if (s.group_of[x.src] == static_cast<int>(g) && s.stage_of[x.dst] >= 0 &&
-              s.stage_of[x.dst] != s.stage_of[x.src])
-            pp_sends.push_back(x.t0);
         std::vector<uint64_t> merged;
-        for (uint64_t e : E) {
-          bool no_pass = !pp_sends.empty() && !merged.empty() &&
-                         std::upper_bound(pp_sends.begin(), pp_sends.end(), merged.back()) ==
-                             std::lower_bound(pp_sends.begin(), pp_sends.end(), e);
-          // (The spacing rule:) two ends closer than half a step belong to one synchronisation.
-          if (!merged.empty() && (no_pass || static_cast<double>(e - merged.back()) < 0.5 * T))
+        for (uint64_t e : merge_stalled(E, job, s, static_cast<int>(g))) {
+          if (!merged.empty() && static_cast<double>(e - merged.back()) < 0.5 * T)
             merged.back() = e;
           else
             merged.push_back(e);
