@@ -577,6 +577,45 @@ Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structur
         for (const auto* list : {&job.xfers, &job.arrivals})
           for (const Xfer& x : *list)
             if (is_dp_xfer(s, x, static_cast<int>(g))) latest(x);
+        // A member on a shaped link can still be receiving the last data of its synchronisation long after
+        // its peers finished (206 ms in a testbed run, beyond the half step above once the fault had made
+        // the steps longer). Data for a member belongs to the group's synchronisation that ended before it
+        // as long as that member has sent no pipeline data since: its next forward/backward pass only
+        // starts once its all-reduce returned, and its part of the next synchronisation comes after that
+        // pass. Without that member's pipeline sends in view nothing is extended.
+        std::map<uint32_t, std::vector<uint64_t>> member_pp;  // member -> starts of its pipeline sends
+        for (const Xfer& x : job.xfers)
+          if (s.group_of[x.src] == static_cast<int>(g) && s.stage_of[x.dst] >= 0 &&
+              s.stage_of[x.dst] != s.stage_of[x.src])
+            member_pp[x.src].push_back(x.t0);
+        std::vector<uint64_t> paired;  // the group's ends so far, in time order, and their slots
+        std::vector<size_t> paired_slot;
+        for (size_t k = 0; k < refb.size(); ++k)
+          if (group_end[g][k]) {
+            paired.push_back(group_end[g][k]);
+            paired_slot.push_back(k);
+          }
+        for (const auto* list : {&job.xfers, &job.arrivals})
+          for (const Xfer& x : *list) {
+            if (!is_dp_xfer(s, x, static_cast<int>(g))) continue;
+            auto it = std::lower_bound(paired.begin(), paired.end(), x.t1);
+            if (it == paired.begin()) continue;
+            uint64_t e = *(it - 1);  // the latest end before this transfer's
+            // The receiver must also go on to a next pass after it (it could, once its all-reduce had this
+            // data): a member that never sends again (hung) is not waiting for a late tail, and what reaches
+            // it is a peer's first chunk of the next synchronisation (a peer that joined it sends at once).
+            // The sender is not asked: the tail is often its retransmission after the shaper's drops, sent
+            // when its own all-reduce had long returned.
+            auto rcv = member_pp.find(x.dst);
+            if (rcv == member_pp.end()) continue;
+            const auto& pp = rcv->second;
+            if (x.t0 > e &&
+                std::upper_bound(pp.begin(), pp.end(), e) != std::lower_bound(pp.begin(), pp.end(), x.t0))
+              continue;
+            if (std::upper_bound(pp.begin(), pp.end(), x.t1) == pp.end()) continue;
+            uint64_t& ge = group_end[g][paired_slot[static_cast<size_t>(it - paired.begin()) - 1]];
+            ge = std::max(ge, x.t1);
+          }
         E.clear();
         for (uint64_t e : group_end[g])
           if (e) E.push_back(e);
@@ -611,7 +650,11 @@ Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structur
         for (const Xfer& x : *list) {
           if (!is_dp_xfer(s, x, static_cast<int>(g))) continue;
           auto it = std::lower_bound(ends.begin(), ends.end(), x.t1);
-          if (it == ends.end() || static_cast<double>(*it - x.t1) > 0.5 * T) continue;
+          if (it == ends.end()) continue;
+          // Since the group's previous end (every transfer after it is this synchronisation's, its tail
+          // included, see above), and at least the half step before its end.
+          uint64_t from = it == ends.begin() ? 0 : *(it - 1);
+          if (static_cast<double>(*it - x.t1) > 0.5 * T && x.t1 <= from) continue;
           uint64_t& l = last[static_cast<size_t>(it - ends.begin())][x.dst];
           l = std::max(l, x.t1);
         }
