@@ -178,3 +178,50 @@ TEST(AnalysisTimeline, StalledSynchronisationOfAShapedStageStaysOneIteration) {
         << "iteration " << i;
   }
 }
+
+// A member on a shaped link can get its synchronisation's last data long after its peers finished: the
+// shaper dropped the tail and the sender retransmits it after a timeout (206 ms late in a slowlink run, more
+// than half a step). The member's all-reduce returns only then, and so does its next pass: the late data
+// still ends that synchronisation for it, and the boundary (the median of the members' ends) moves with it.
+TEST(AnalysisTimeline, LateRetransmissionEndsTheSynchronisationOfItsMember) {
+  synth::Spec s;
+  s.iters = 14;
+  s.slow_node = 2;
+  s.slow_factor = 600;
+  s.slow_from = 7;
+  Input in;
+  auto truth = synth::generate(s, in);
+  const size_t k = 9;
+  const uint64_t split = truth.boundaries[k];  // the end of the last stage's synchronisation of iteration k
+  const uint64_t kLate = 400'000'000;          // the retransmission timeout and the wait that follows
+  for (auto& e : in.events)
+    if (e.first_ns >= split) {
+      e.first_ns += kLate;
+      e.last_ns += kLate;
+    }
+  // The retransmitted tail, from the other member to the slow one (its sender's view).
+  const std::string a = synth::node_addr(s, 3), b = synth::node_addr(s, 2);
+  for (const auto& e : in.events)
+    if (e.src == a && e.dst == b && e.bytes > 0) {
+      auto r = e;
+      r.first_ns = split + kLate - 1'000'000;
+      r.last_ns = split + kLate - 900'000;
+      r.bytes = r.payload_bytes = 25'000;
+      r.packets = 18;
+      in.events.push_back(r);
+      break;
+    }
+  std::sort(in.events.begin(), in.events.end(),
+            [](const FlowEvent& x, const FlowEvent& y) { return x.first_ns < y.first_ns; });
+  auto r = analyze(in);
+  ASSERT_EQ(r.jobs.size(), 1u);
+  const auto& its = r.jobs[0].iterations;
+  EXPECT_EQ(its.size(), truth.boundaries.size() - 1);
+  // The iteration ending nearest the synchronisation: it ends at the median of its two members' ends, the
+  // other member's (split) and the slow member's (the retransmission's end), i.e. half-way between them.
+  const double want = static_cast<double>(split) + 0.5 * static_cast<double>(kLate);
+  double best = 1e18;
+  for (const auto& it : its) best = std::min(best, std::fabs(static_cast<double>(it.end_ns) - want));
+  double step = static_cast<double>(truth.boundaries[6] - truth.boundaries[5]);
+  EXPECT_LT(best, 0.05 * step);
+}
