@@ -632,9 +632,10 @@ Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structur
   // Each group's end as a boundary is the median over its members of when the last data for each member
   // arrived (the receivers' own views where seen, else the senders'): the members of one synchronisation
   // agree on its end up to their links' delivery, and one member on a slow link finishes later than the
-  // group as a whole (the testbed's truth reads the group's end the same way). The window is the half step
-  // before the group's last transfer (a stretched synchronisation stays inside it, see above). group_end
-  // itself (the last transfer) stays the synchronisation's end for the phases and the diagnosis.
+  // group as a whole (the testbed's truth reads the group's end the same way). The window reaches back to
+  // the group's previous end, and at least half a step before its last transfer (a stretched
+  // synchronisation and its late tail stay inside it, see above). group_end itself (the last transfer)
+  // stays the synchronisation's end for the phases and the diagnosis.
   std::vector<std::vector<uint64_t>> member_end(s.dp_groups.size(), std::vector<uint64_t>(refb.size(), 0));
   if (ref >= 0)
     for (size_t g = 0; g < s.dp_groups.size(); ++g) {
