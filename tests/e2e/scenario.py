@@ -61,7 +61,7 @@ LIVE = ["dp2pp2tp2_1f1b", "two_jobs", "straggler", "slowlink", "hang", "pause"]
 # (iterations 8-9, just after the fault's onset). Cause, found later: a retransmission stall (the shaper's
 # drops) inside the slow stage's all-reduce split it into two complete-looking synchronisations, and pairing
 # by order then put that stage's later ones an iteration early (4 of 22 recordings of both modes); fixed in
-# the timeline (merge_stalled), after which 5 of 5 live runs passed here (4 beside a concurrent run). Analyze
+# the timeline (merge_stalled), after which 8 of 8 live runs passed here (4 beside a concurrent run, 3 beside two CPU burners). Analyze
 # slowlink keeps a gap: its capture holds senders only, so the shaped member's arrivals are timed at its
 # peer's send (0-60 ms early, behind the 50 ms tbf queue) and the median duration error exceeds 0.3 % in
 # about half the runs (all iterations matched).
