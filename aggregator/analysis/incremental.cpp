@@ -82,6 +82,10 @@ void StreamingAnalysis::set_addr_nodes(const std::map<std::string, std::string>&
 }
 
 void StreamingAnalysis::add(const FlowEvent& e) {
+  add(event_of(e));
+}
+
+StreamingAnalysis::Event StreamingAnalysis::event_of(const FlowEvent& e) {
   Event x;
   x.observer = intern(e.observer);
   x.src = intern(e.src);
@@ -98,7 +102,7 @@ void StreamingAnalysis::add(const FlowEvent& e) {
   x.bytes = e.bytes;
   x.payload_bytes = e.payload_bytes;
   x.packets = e.packets;
-  add(x);
+  return x;
 }
 
 namespace {

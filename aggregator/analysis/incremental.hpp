@@ -70,7 +70,8 @@ class StreamingAnalysis {
   // connection records that later events of the run need are fetched from memory while earlier ones are
   // added (at a million events/s, each add() waited on ~3 cache misses in a row).
   void add(std::span<const Event> events);
-  void add(const FlowEvent& e);  // convenience (tests, reload from the store)
+  void add(const FlowEvent& e);        // convenience (tests, reload from the store)
+  Event event_of(const FlowEvent& e);  // its strings interned
   void set_addr_nodes(const std::map<std::string, std::string>& m);
   // Analyses what changed; jobs currently seen (history included), sorted by first transfer.
   Result pass(uint64_t now_ns);

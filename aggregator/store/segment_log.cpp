@@ -81,29 +81,24 @@ void SegmentLog::stage(std::string_view blob) {
 
 bool SegmentLog::flush(std::string& err) {
   if (staged_.empty() || flushed_) return true;
-  bool created = false;
   for (const auto& s : staged_) {
     auto it = write_fds_.find(s.seg);
     if (it == write_fds_.end()) {
       const std::string path = path_of(s.seg);
       // Not O_TRUNC: a segment is only ever reopened to continue it, and a file left by a failed flush
       // holds nothing a committed row names.
-      int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
-      if (fd >= 0)
-        created = true;
-      else if (errno == EEXIST)
-        fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-      if (fd < 0) {
+      Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0640));
+      if (fd.get() < 0) {
         err = errno_text("open", path);
         return false;
       }
-      it = write_fds_.emplace(s.seg, Fd(fd)).first;
+      it = write_fds_.emplace(s.seg, Writer{std::move(fd), false}).first;
     }
     const char* p = s.bytes.data();
     std::size_t left = s.bytes.size();
     auto off = static_cast<off_t>(s.off);
     while (left > 0) {
-      ssize_t n = ::pwrite(it->second.get(), p, left, off);
+      ssize_t n = ::pwrite(it->second.fd.get(), p, left, off);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         if (n == 0) errno = EIO;
@@ -114,12 +109,19 @@ bool SegmentLog::flush(std::string& err) {
       left -= static_cast<std::size_t>(n);
       off += n;
     }
-    if (::fdatasync(it->second.get()) != 0) {
+    if (::fdatasync(it->second.fd.get()) != 0) {
       err = errno_text("sync", path_of(s.seg));
       return false;
     }
   }
-  if (created && !sync_dir(dir_, err)) return false;
+  // A file's name is durable once its directory is synced: done once per file, after its first write (and
+  // again if that sync failed, since the flag is only set when it succeeds).
+  bool new_names = false;
+  for (const auto& [seg, w] : write_fds_) new_names = new_names || !w.name_synced;
+  if (new_names) {
+    if (!sync_dir(dir_, err)) return false;
+    for (auto& [seg, w] : write_fds_) w.name_synced = true;
+  }
   flushed_ = true;
   return true;
 }
@@ -155,6 +157,17 @@ bool SegmentLog::read(uint64_t seg, uint64_t off, uint64_t len, std::string& out
       return false;
     }
     it = read_fds_.emplace(seg, Fd(fd)).first;
+  }
+  // Checked before allocating: a corrupt row's length must not become a huge allocation.
+  struct stat st {};
+  if (::fstat(it->second.get(), &st) != 0) {
+    err = errno_text("stat", path_of(seg));
+    return false;
+  }
+  if (off > static_cast<uint64_t>(st.st_size) || len > static_cast<uint64_t>(st.st_size) - off) {
+    err =
+        fmt::format("segment {} ends before byte {} (truncated, or a corrupt row)", path_of(seg), off + len);
+    return false;
   }
   out.resize(len);
   std::size_t got = 0;

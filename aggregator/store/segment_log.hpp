@@ -79,6 +79,7 @@ class SegmentLog {
   // The blob at (seg, off, len) into out; false with err set when it cannot be read (a missing file means
   // retention deleted the segment after the reader's snapshot was taken).
   bool read(uint64_t seg, uint64_t off, uint64_t len, std::string& out, std::string& err);
+  void close_readers() { read_fds_.clear(); }
 
   // Numbers of the segment files present in dir (unsorted).
   std::vector<uint64_t> files() const;
@@ -96,8 +97,12 @@ class SegmentLog {
   };
   std::vector<Staged> staged_;
   bool flushed_ = false;
-  std::map<uint64_t, Fd> write_fds_;  // segments this writer appends to (at most the current two)
-  std::map<uint64_t, Fd> read_fds_;   // a small cache (readers scan in time order, few segments at once)
+  struct Writer {
+    Fd fd;
+    bool name_synced;  // its directory entry is durable
+  };
+  std::map<uint64_t, Writer> write_fds_;  // segments this writer appends to (at most the current two)
+  std::map<uint64_t, Fd> read_fds_;  // during one scan (readers scan in time order, few segments at once)
 };
 
 }  // namespace netprism::store

@@ -106,13 +106,13 @@ Store::Store(const std::string& path, Db::Mode mode, int zstd_level)
 
 void Store::create_schema() {
   db_.exec(kSchema);
-  // A store written by a build from before segments: its batches table gains the (nullable) columns.
-  if (!db_.prepare("SELECT 1 FROM pragma_table_info('batches') WHERE name='seg'").step()) {
-    Transaction tx(db_);
+  // A store written by a build from before segments: its batches table gains the (nullable) columns. Checked
+  // under the write lock, so that two writers opening the store at once cannot both add them.
+  Transaction tx(db_);
+  if (!db_.prepare("SELECT 1 FROM pragma_table_info('batches') WHERE name='seg'").step())
     for (const char* c : {"seg", "seg_off", "seg_len"})
       db_.exec(std::string("ALTER TABLE batches ADD COLUMN ") + c + " INTEGER");
-    tx.commit();
-  }
+  tx.commit();
 }
 
 std::string Store::seg_cols() const {
@@ -170,6 +170,17 @@ void Store::commit(Transaction& tx) {
   segs_.committed();
 }
 
+template <class Key>
+void Store::delete_each(const char* sql, const std::vector<Key>& keys) {
+  Transaction tx(db_);
+  auto del = db_.prepare(sql);
+  for (const Key& k : keys) {
+    del.bind(1, k);
+    del.run();
+  }
+  commit(tx);
+}
+
 uint64_t Store::free_segments() {
   if (!seg_writer_) return 0;
   std::vector<std::pair<uint64_t, int64_t>> segs;  // (seg, first id), in order
@@ -189,15 +200,7 @@ uint64_t Store::free_segments() {
     probe.reset();
   }
   if (unused.empty()) return 0;
-  {
-    Transaction tx(db_);
-    auto del = db_.prepare("DELETE FROM segments WHERE seg = ?");
-    for (uint64_t s : unused) {
-      del.bind(1, s);
-      del.run();
-    }
-    commit(tx);
-  }
+  delete_each("DELETE FROM segments WHERE seg = ?", unused);
   // After the commit: a crash before these leaves files no row names, which the next start removes.
   for (uint64_t s : unused) ::unlink(segs_.path_of(s).c_str());
   return unused.size();
@@ -235,20 +238,22 @@ bool Store::insert_compressed(const Batch& b, std::string_view z, std::size_t ra
 
 bool Store::insert_compressed(const Batch& b, const BatchSpan& s, std::string_view z, std::size_t raw_bytes,
                               uint64_t received_ns) {
+  // The columns both forms share, from parameter `at` on: node .. raw_bytes.
+  auto bind_row = [&](Stmt& st, int at) {
+    st.bind(at, b.node)
+        .bind(at + 1, b.epoch)
+        .bind(at + 2, b.seq)
+        .bind(at + 3, received_ns)
+        .bind(at + 4, s.first_ns)
+        .bind(at + 5, s.last_ns)
+        .bind(at + 6, s.records)
+        .bind(at + 7, static_cast<uint64_t>(raw_bytes));
+  };
   if (seg_writer_) {
     const SegmentLog::Place p = segs_.place(z.size());
-    ins_seg_batch_.bind(1, next_id_)
-        .bind(2, b.node)
-        .bind(3, b.epoch)
-        .bind(4, b.seq)
-        .bind(5, received_ns)
-        .bind(6, s.first_ns)
-        .bind(7, s.last_ns)
-        .bind(8, s.records)
-        .bind(9, static_cast<uint64_t>(raw_bytes))
-        .bind(10, p.seg)
-        .bind(11, p.off)
-        .bind(12, static_cast<uint64_t>(z.size()));
+    ins_seg_batch_.bind(1, next_id_);
+    bind_row(ins_seg_batch_, 2);
+    ins_seg_batch_.bind(10, p.seg).bind(11, p.off).bind(12, static_cast<uint64_t>(z.size()));
     ins_seg_batch_.run();
     if (db_.changes() != 1) return false;  // (node, epoch, seq) is stored already
     if (p.first_in_seg) reg_segment_.bind(1, p.seg).bind(2, next_id_).bind(3, received_ns).run();
@@ -256,15 +261,8 @@ bool Store::insert_compressed(const Batch& b, const BatchSpan& s, std::string_vi
     ++next_id_;
     return true;
   }
-  ins_batch_.bind(1, b.node)
-      .bind(2, b.epoch)
-      .bind(3, b.seq)
-      .bind(4, received_ns)
-      .bind(5, s.first_ns)
-      .bind(6, s.last_ns)
-      .bind(7, s.records)
-      .bind(8, static_cast<uint64_t>(raw_bytes))
-      .bind_blob(9, z.data(), z.size());
+  bind_row(ins_batch_, 1);
+  ins_batch_.bind_blob(9, z.data(), z.size());
   ins_batch_.run();
   return db_.changes() == 1;
 }
@@ -320,13 +318,7 @@ RetentionResult Store::apply_retention(uint64_t min_last_ns, uint64_t max_bytes,
       }
     }
     if (ids.empty()) break;
-    Transaction tx(db_);
-    auto del = db_.prepare("DELETE FROM batches WHERE id = ?");
-    for (auto id : ids) {
-      del.bind(1, id);
-      del.run();
-    }
-    commit(tx);
+    delete_each("DELETE FROM batches WHERE id = ?", ids);
     r.deleted_batches += ids.size();
     r.stored_bytes -= std::min(r.stored_bytes, freed);
   }
@@ -473,6 +465,8 @@ void Store::scan_batches(const std::optional<std::string>& node, uint64_t since,
       }
     if (on_error) on_error("batch row " + std::to_string(s.i64(1)) + ": " + err);
   }
+  // Not kept open between reads: an open descriptor would hold the space of a segment retention deleted.
+  segs_.close_readers();
 }
 
 std::vector<Store::RawRow> Store::raw_batches(int64_t after_id, uint64_t since, uint64_t until,
@@ -489,7 +483,10 @@ std::vector<Store::RawRow> Store::raw_batches(int64_t after_id, uint64_t since, 
   while (s.step()) {
     std::string err;
     auto blob = row_blob(s, 9, buf, err);
-    if (!blob) throw SqliteError("batch row " + std::to_string(s.i64(0)) + ": " + err);
+    if (!blob) {
+      segs_.close_readers();
+      throw SqliteError("batch row " + std::to_string(s.i64(0)) + ": " + err);
+    }
     RawRow r{s.i64(0),
              s.text(1),
              static_cast<uint64_t>(s.i64(2)),
@@ -504,6 +501,7 @@ std::vector<Store::RawRow> Store::raw_batches(int64_t after_id, uint64_t since, 
     out.push_back(std::move(r));
     if (total >= max_bytes) break;
   }
+  segs_.close_readers();
   return out;
 }
 

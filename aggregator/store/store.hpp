@@ -125,6 +125,9 @@ class Store {
   // The stored bytes of the row s is on: columns data_col (inline) and data_col + 1.. + 3 (segment, offset,
   // length); empty with err set when they cannot be read.
   std::optional<std::string_view> row_blob(const Stmt& s, int data_col, std::string& buf, std::string& err);
+  // Runs sql (one parameter) for each key, in one transaction.
+  template <class Key>
+  void delete_each(const char* sql, const std::vector<Key>& keys);
   std::string seg_cols() const;    // "seg,seg_off,seg_len", or NULLs for a store from before segments
   std::string bytes_expr() const;  // a row's stored bytes, inline or in a segment
   Db db_;

@@ -270,3 +270,53 @@ TEST(SegmentStore, StoresFromBeforeSegmentsReadAndAreExtendedInPlace) {
 }
 
 }  // namespace
+
+namespace {
+
+// The database copied without its segment directory (an operator's partial backup): every read says which
+// segment is missing; nothing crashes, and `netprism record` (raw_batches) fails loudly instead of copying
+// rows without their bytes.
+TEST(SegmentStore, ADatabaseWithoutItsSegmentsReportsEveryMissingBatch) {
+  TmpDir d, partial;
+  {
+    store::Store s(d.path, store::Db::Mode::kReadWrite);
+    s.enable_segments(64u << 20);
+    ASSERT_TRUE(commit_group(s, {make_batch("n", 0, 10, 1000), make_batch("n", 1, 10, 2000)}));
+  }
+  fs::copy_file(store::Store::resolve(d.path), store::Store::resolve(partial.path));
+  store::Store r(partial.path, store::Db::Mode::kReadOnly);
+  std::vector<std::string> errors;
+  EXPECT_TRUE(scan(r, &errors).empty());
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_NE(errors[0].find("is gone"), std::string::npos) << errors[0];
+  EXPECT_THROW(r.raw_batches(0, 0, UINT64_MAX, 1u << 30), store::SqliteError);
+}
+
+}  // namespace
+
+namespace {
+
+// Rows whose segment fields are corrupt (a length of 2^50, an offset past the end, a segment that never
+// existed) are errors naming the row; nothing is allocated for them and the other rows still read.
+TEST(SegmentStore, CorruptSegmentFieldsAreErrorsNeverHugeAllocations) {
+  TmpDir d;
+  std::vector<Batch> in;
+  {
+    store::Store s(d.path, store::Db::Mode::kReadWrite);
+    s.enable_segments(64u << 20);
+    for (uint64_t i = 0; i < 4; ++i) in.push_back(make_batch("n", i, 10, 1000 * (i + 1)));
+    ASSERT_TRUE(commit_group(s, in));
+  }
+  {
+    store::Db db(store::Store::resolve(d.path), store::Db::Mode::kReadWrite);
+    db.exec("UPDATE batches SET seg_len = 1125899906842624 WHERE seq = 1");
+    db.exec("UPDATE batches SET seg_off = 9223372036854775000 WHERE seq = 2");
+    db.exec("UPDATE batches SET seg = 999999 WHERE seq = 3");
+  }
+  store::Store r(d.path, store::Db::Mode::kReadOnly);
+  std::vector<std::string> errors;
+  EXPECT_EQ(scan(r, &errors), std::vector<Batch>{in[0]});
+  EXPECT_EQ(errors.size(), 3u);
+}
+
+}  // namespace

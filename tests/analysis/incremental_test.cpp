@@ -218,25 +218,6 @@ TEST(StreamingAnalysis, RunsOfEventsAddExactlyAsOneByOne) {
   synth::generate(b, in);
   in = arrival_order(std::move(in));
   StreamingAnalysis one, runs;
-  auto as_event = [](StreamingAnalysis& sa, const FlowEvent& e) {
-    StreamingAnalysis::Event x;
-    x.observer = sa.intern(e.observer);
-    x.src = sa.intern(e.src);
-    x.dst = sa.intern(e.dst);
-    x.src_port = e.src_port;
-    x.dst_port = e.dst_port;
-    x.qpn = e.qpn;
-    x.proto = e.proto;
-    x.dir = e.dir;
-    x.tcp_flags = e.tcp_flags;
-    x.v6 = e.src.find(':') != std::string::npos;
-    x.first_ns = e.first_ns;
-    x.last_ns = e.last_ns;
-    x.bytes = e.bytes;
-    x.payload_bytes = e.payload_bytes;
-    x.packets = e.packets;
-    return x;
-  };
   one.set_addr_nodes(in.addr_node);
   runs.set_addr_nodes(in.addr_node);
   uint64_t t = in.events.front().last_ns + kSec;
@@ -245,10 +226,10 @@ TEST(StreamingAnalysis, RunsOfEventsAddExactlyAsOneByOne) {
   while (i < in.events.size()) {
     std::size_t j = i;
     while (j < in.events.size() && in.events[j].last_ns <= t) ++j;
-    for (std::size_t k = i; k < j; ++k) one.add(as_event(one, in.events[k]));
+    for (std::size_t k = i; k < j; ++k) one.add(one.event_of(in.events[k]));
     for (std::size_t k = i; k < j; k += 37) {  // runs of 37: not a divisor of anything in the input
       run.clear();
-      for (std::size_t m = k; m < std::min(j, k + 37); ++m) run.push_back(as_event(runs, in.events[m]));
+      for (std::size_t m = k; m < std::min(j, k + 37); ++m) run.push_back(runs.event_of(in.events[m]));
       runs.add(run);
     }
     i = j;
