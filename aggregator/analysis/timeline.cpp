@@ -131,6 +131,35 @@ bool is_dp_xfer(const Structure& s, const Xfer& x, int group) {
   return s.group_of[x.src] == group && s.group_of[x.dst] == group && s.stage_of[x.src] == s.stage_of[x.dst];
 }
 
+// Between two synchronisations of its DP group a stage runs a forward/backward pass and sends its pipeline
+// neighbours data (activations downstream, gradients upstream); during one it sends them nothing new (a
+// training loop waits for its pipeline sends before the all-reduce; one that overlaps the all-reduce with
+// the backward pass sends inside it, and then nothing is merged, as before). A synchronisation stalled on
+// a shaped link (a retransmission timeout after the shaper's drops leaves a gap as long as the compute
+// between iterations: 380 ms in a testbed run with 700 ms steps) splits into two complete-looking episodes
+// with no pipeline send of the group's members starting between their ends: one synchronisation, the
+// later end kept. The spacing rules of build_timeline miss it (the first end is not close to the second),
+// and pairing by order would put every later synchronisation of the group one iteration early. Only where
+// the members' pipeline sends were seen at all: a job without pipeline stages, or whose pipeline sends
+// were not captured, keeps every end.
+std::vector<uint64_t> merge_stalled(const std::vector<uint64_t>& ends, const JobSlice& job,
+                                    const Structure& s, int group) {
+  std::vector<uint64_t> pp_sends;  // start of each pipeline send of a member, in time order
+  for (const Xfer& x : job.xfers)
+    if (s.group_of[x.src] == group && s.stage_of[x.dst] >= 0 && s.stage_of[x.dst] != s.stage_of[x.src])
+      pp_sends.push_back(x.t0);
+  if (pp_sends.empty()) return ends;
+  std::vector<uint64_t> merged;
+  for (uint64_t e : ends) {
+    if (!merged.empty() && std::upper_bound(pp_sends.begin(), pp_sends.end(), merged.back()) ==
+                               std::lower_bound(pp_sends.begin(), pp_sends.end(), e))
+      merged.back() = e;
+    else
+      merged.push_back(e);
+  }
+  return merged;
+}
+
 }  // namespace
 
 // Ends of each synchronisation of one DP group, in time order.
@@ -431,7 +460,7 @@ Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structur
       ref = static_cast<int>(g);
   std::vector<uint64_t> refb, ref_from;  // ref_from: pipelines without DP, where each iteration's data begins
   if (ref >= 0) {
-    refb = sync_ends(job, s, ref);
+    refb = merge_stalled(sync_ends(job, s, ref), job, s, ref);
   } else {
     PipelineBoundaries pb = pipeline_drains(job, s);
     refb = std::move(pb.boundaries);
@@ -482,7 +511,7 @@ Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structur
       auto& E = group_ends[g];
       if (static_cast<int>(g) != ref) {
         std::vector<uint64_t> merged;
-        for (uint64_t e : E) {
+        for (uint64_t e : merge_stalled(E, job, s, static_cast<int>(g))) {
           if (!merged.empty() && static_cast<double>(e - merged.back()) < 0.5 * T)
             merged.back() = e;
           else
@@ -506,6 +535,12 @@ Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structur
           best_cost = c;
           best_shift = sh;
         }
+      }
+      if (std::getenv("NP_ANALYSIS_DEBUG") && !refb.empty()) {
+        std::fprintf(stderr, "group %zu: shift %ld (cost %.1f ms), ends:", g, best_shift, best_cost / 1e6);
+        for (uint64_t e : E)
+          std::fprintf(stderr, " %.1f", (static_cast<double>(e) - static_cast<double>(refb[0])) / 1e6);
+        std::fprintf(stderr, "\n");
       }
       // The window is three quarters of the step around this very slot (the spacing to the neighbouring
       // reference end on the side the group's end lies), never less than of the median step. A group's
@@ -542,6 +577,45 @@ Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structur
         for (const auto* list : {&job.xfers, &job.arrivals})
           for (const Xfer& x : *list)
             if (is_dp_xfer(s, x, static_cast<int>(g))) latest(x);
+        // A member on a shaped link can still be receiving the last data of its synchronisation long after
+        // its peers finished (206 ms in a testbed run, beyond the half step above once the fault had made
+        // the steps longer). Data for a member belongs to the group's synchronisation that ended before it
+        // as long as that member has sent no pipeline data since: its next forward/backward pass only
+        // starts once its all-reduce returned, and its part of the next synchronisation comes after that
+        // pass. Without that member's pipeline sends in view nothing is extended.
+        std::map<uint32_t, std::vector<uint64_t>> member_pp;  // member -> starts of its pipeline sends
+        for (const Xfer& x : job.xfers)
+          if (s.group_of[x.src] == static_cast<int>(g) && s.stage_of[x.dst] >= 0 &&
+              s.stage_of[x.dst] != s.stage_of[x.src])
+            member_pp[x.src].push_back(x.t0);
+        std::vector<uint64_t> paired;  // the group's ends so far, in time order, and their slots
+        std::vector<size_t> paired_slot;
+        for (size_t k = 0; k < refb.size(); ++k)
+          if (group_end[g][k]) {
+            paired.push_back(group_end[g][k]);
+            paired_slot.push_back(k);
+          }
+        for (const auto* list : {&job.xfers, &job.arrivals})
+          for (const Xfer& x : *list) {
+            if (!is_dp_xfer(s, x, static_cast<int>(g))) continue;
+            auto it = std::lower_bound(paired.begin(), paired.end(), x.t1);
+            if (it == paired.begin()) continue;
+            uint64_t e = *(it - 1);  // the latest end before this transfer's
+            // The receiver must also go on to a next pass after it (it could, once its all-reduce had this
+            // data): a member that never sends again (hung) is not waiting for a late tail, and what reaches
+            // it is a peer's first chunk of the next synchronisation (a peer that joined it sends at once).
+            // The sender is not asked: the tail is often its retransmission after the shaper's drops, sent
+            // when its own all-reduce had long returned.
+            auto rcv = member_pp.find(x.dst);
+            if (rcv == member_pp.end()) continue;
+            const auto& pp = rcv->second;
+            if (x.t0 > e &&
+                std::upper_bound(pp.begin(), pp.end(), e) != std::lower_bound(pp.begin(), pp.end(), x.t0))
+              continue;
+            if (std::upper_bound(pp.begin(), pp.end(), x.t1) == pp.end()) continue;
+            uint64_t& ge = group_end[g][paired_slot[static_cast<size_t>(it - paired.begin()) - 1]];
+            ge = std::max(ge, x.t1);
+          }
         E.clear();
         for (uint64_t e : group_end[g])
           if (e) E.push_back(e);
@@ -558,9 +632,10 @@ Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structur
   // Each group's end as a boundary is the median over its members of when the last data for each member
   // arrived (the receivers' own views where seen, else the senders'): the members of one synchronisation
   // agree on its end up to their links' delivery, and one member on a slow link finishes later than the
-  // group as a whole (the testbed's truth reads the group's end the same way). The window is the half step
-  // before the group's last transfer (a stretched synchronisation stays inside it, see above). group_end
-  // itself (the last transfer) stays the synchronisation's end for the phases and the diagnosis.
+  // group as a whole (the testbed's truth reads the group's end the same way). The window reaches back to
+  // the group's previous end, and at least half a step before its last transfer (a stretched
+  // synchronisation and its late tail stay inside it, see above). group_end itself (the last transfer)
+  // stays the synchronisation's end for the phases and the diagnosis.
   std::vector<std::vector<uint64_t>> member_end(s.dp_groups.size(), std::vector<uint64_t>(refb.size(), 0));
   if (ref >= 0)
     for (size_t g = 0; g < s.dp_groups.size(); ++g) {
@@ -576,7 +651,11 @@ Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structur
         for (const Xfer& x : *list) {
           if (!is_dp_xfer(s, x, static_cast<int>(g))) continue;
           auto it = std::lower_bound(ends.begin(), ends.end(), x.t1);
-          if (it == ends.end() || static_cast<double>(*it - x.t1) > 0.5 * T) continue;
+          if (it == ends.end()) continue;
+          // Since the group's previous end (every transfer after it is this synchronisation's, its tail
+          // included, see above), and at least the half step before its end.
+          uint64_t from = it == ends.begin() ? 0 : *(it - 1);
+          if (static_cast<double>(*it - x.t1) > 0.5 * T && x.t1 <= from) continue;
           uint64_t& l = last[static_cast<size_t>(it - ends.begin())][x.dst];
           l = std::max(l, x.t1);
         }
@@ -586,6 +665,18 @@ Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structur
         member_end[g][slots[i]] = m.empty() ? ends[i] : static_cast<uint64_t>(median(std::move(m)));
       }
     }
+  if (std::getenv("NP_ANALYSIS_DEBUG") && !refb.empty()) {
+    uint64_t o = refb[0];
+    auto ms = [&](uint64_t v) { return v ? (static_cast<double>(v) - static_cast<double>(o)) / 1e6 : -1.0; };
+    std::fprintf(stderr, "timeline: step %.1f ms; per slot: reference end, then per group: end, member end\n",
+                 T / 1e6);
+    for (size_t k = 0; k < refb.size(); ++k) {
+      std::fprintf(stderr, "  slot %2zu ref %9.1f", k, ms(refb[k]));
+      for (size_t g = 0; g < s.dp_groups.size(); ++g)
+        std::fprintf(stderr, " | g%zu %9.1f %9.1f", g, ms(group_end[g][k]), ms(member_end[g][k]));
+      std::fprintf(stderr, "\n");
+    }
+  }
   std::vector<size_t> slot_of;  // boundary index -> reference slot
   for (size_t k = 0; k < refb.size(); ++k) {
     uint64_t b = 0;

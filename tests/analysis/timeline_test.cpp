@@ -130,3 +130,98 @@ TEST(AnalysisTimeline, PipelinePauseIsOneLongIteration) {
     EXPECT_LT(e[e.size() / 2], 0.003);
   }
 }
+
+// A shaped link drops packets; the retransmission timeout can stall a DP synchronisation for as long as the
+// compute between iterations (the slowlink testbed run: 380 ms without a packet inside one all-reduce of the
+// last stage, right after the fault's onset). The stall splits that synchronisation into two complete-looking
+// episodes. No pipeline send of the stage falls between them (it only sends again in its next iteration), so
+// they are one synchronisation: every iteration is still found, none split, and the later ones are not paired
+// with the previous iteration's synchronisation of the slow stage.
+TEST(AnalysisTimeline, StalledSynchronisationOfAShapedStageStaysOneIteration) {
+  synth::Spec s;
+  s.iters = 14;
+  s.slow_node = 2;  // stage 1, replica 0: its all-reduce chunk now takes ~160 ms
+  s.slow_factor =
+      600;  // 3.3 MB/s: the step grows from ~455 to ~700 ms, the stage ends ~235 ms after the first
+  s.slow_from = 7;
+  Input plain;
+  auto truth = synth::generate(s, plain);
+  // The stall: inside the last stage's synchronisation of iteration 8 (after the onset), after its first
+  // chunks, everything pauses for kStall (what comes after is delayed by it, as a stalled all-reduce delays
+  // the whole job).
+  const uint64_t kStall = 400'000'000;
+  const size_t k = 8;
+  const std::string a = synth::node_addr(s, 2), b = synth::node_addr(s, 3);
+  uint64_t split = 0;  // the second step of that ring: the latest DP start of the stage before its end
+  for (const auto& e : plain.events)
+    if (((e.src == a && e.dst == b) || (e.src == b && e.dst == a)) && e.bytes > 0 &&
+        e.first_ns < truth.boundaries[k] && e.first_ns > truth.boundaries[k - 1])
+      split = std::max(split, e.first_ns);
+  ASSERT_GT(split, truth.boundaries[k - 1]);
+  Input stalled = plain;
+  for (auto& e : stalled.events)
+    if (e.first_ns >= split) {
+      e.first_ns += kStall;
+      e.last_ns += kStall;
+    }
+  // The reference: the same run without the stall, its boundaries after the stall moved by it.
+  auto r0 = analyze(plain), r = analyze(stalled);
+  ASSERT_EQ(r0.jobs.size(), 1u);
+  ASSERT_EQ(r.jobs.size(), 1u);
+  const auto &want = r0.jobs[0].iterations, &got = r.jobs[0].iterations;
+  ASSERT_EQ(want.size(), truth.boundaries.size() - 1);
+  ASSERT_EQ(got.size(), want.size());
+  double step = static_cast<double>(truth.boundaries[6] - truth.boundaries[5]);
+  for (size_t i = 0; i < got.size(); ++i) {
+    uint64_t w = want[i].end_ns >= split ? want[i].end_ns + kStall : want[i].end_ns;
+    EXPECT_LT(std::fabs(static_cast<double>(got[i].end_ns) - static_cast<double>(w)), 0.05 * step)
+        << "iteration " << i;
+  }
+}
+
+// A member on a shaped link can get its synchronisation's last data long after its peers finished: the
+// shaper dropped the tail and the sender retransmits it after a timeout (206 ms late in a slowlink run, more
+// than half a step). The member's all-reduce returns only then, and so does its next pass: the late data
+// still ends that synchronisation for it, and the boundary (the median of the members' ends) moves with it.
+TEST(AnalysisTimeline, LateRetransmissionEndsTheSynchronisationOfItsMember) {
+  synth::Spec s;
+  s.iters = 14;
+  s.slow_node = 2;
+  s.slow_factor = 600;
+  s.slow_from = 7;
+  Input in;
+  auto truth = synth::generate(s, in);
+  const size_t k = 9;
+  const uint64_t split = truth.boundaries[k];  // the end of the last stage's synchronisation of iteration k
+  const uint64_t kLate = 400'000'000;          // the retransmission timeout and the wait that follows
+  for (auto& e : in.events)
+    if (e.first_ns >= split) {
+      e.first_ns += kLate;
+      e.last_ns += kLate;
+    }
+  // The retransmitted tail, from the other member to the slow one (its sender's view).
+  const std::string a = synth::node_addr(s, 3), b = synth::node_addr(s, 2);
+  for (const auto& e : in.events)
+    if (e.src == a && e.dst == b && e.bytes > 0) {
+      auto r = e;
+      r.first_ns = split + kLate - 1'000'000;
+      r.last_ns = split + kLate - 900'000;
+      r.bytes = r.payload_bytes = 25'000;
+      r.packets = 18;
+      in.events.push_back(r);
+      break;
+    }
+  std::sort(in.events.begin(), in.events.end(),
+            [](const FlowEvent& x, const FlowEvent& y) { return x.first_ns < y.first_ns; });
+  auto r = analyze(in);
+  ASSERT_EQ(r.jobs.size(), 1u);
+  const auto& its = r.jobs[0].iterations;
+  EXPECT_EQ(its.size(), truth.boundaries.size() - 1);
+  // The iteration ending nearest the synchronisation: it ends at the median of its two members' ends, the
+  // other member's (split) and the slow member's (the retransmission's end), i.e. half-way between them.
+  const double want = static_cast<double>(split) + 0.5 * static_cast<double>(kLate);
+  double best = 1e18;
+  for (const auto& it : its) best = std::min(best, std::fabs(static_cast<double>(it.end_ns) - want));
+  double step = static_cast<double>(truth.boundaries[6] - truth.boundaries[5]);
+  EXPECT_LT(best, 0.05 * step);
+}

@@ -58,7 +58,13 @@ LIVE = ["dp2pp2tp2_1f1b", "two_jobs", "straggler", "slowlink", "hang", "pause"]
 # fault kind) inside its time budget. A scenario with an open accuracy gap moves its entry to "campaign",
 # with the reason beside it, so that the default suite stays a green/red signal. Live slowlink is there: 4 of
 # 4 fresh runs passed here after the data-timed bursts, then a CI run had 2 missing and 2 extra iterations
-# (iterations 8-9, just after the fault's onset) -- not yet robust.
+# (iterations 8-9, just after the fault's onset). Cause, found later: a retransmission stall (the shaper's
+# drops) inside the slow stage's all-reduce split it into two complete-looking synchronisations, and pairing
+# by order then put that stage's later ones an iteration early (4 of 22 recordings of both modes); fixed in
+# the timeline (merge_stalled), after which 8 of 8 live runs passed here (4 beside a concurrent run, 3 beside two CPU burners). Analyze
+# slowlink keeps a gap: its capture holds senders only, so the shaped member's arrivals are timed at its
+# peer's send (0-60 ms early, behind the 50 ms tbf queue) and the median duration error exceeds 0.3 % in
+# about half the runs (all iterations matched).
 SUITE = {name: {"analyze": "campaign", "sample": "default",
                 "live": "default" if name in ("dp2pp2tp2_1f1b", "straggler", "hang", "pause") else "campaign"}
          for name in SCENARIOS}
