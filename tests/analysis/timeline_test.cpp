@@ -9,6 +9,16 @@
 using namespace netprism::analysis;
 
 namespace {
+// Moves the events `pred` selects later by `by` ns (a delay, a stall, a late tail: what the network did).
+template <class Pred>
+void delay_events(Input& in, uint64_t by, Pred pred) {
+  for (auto& e : in.events)
+    if (pred(e)) {
+      e.first_ns += by;
+      e.last_ns += by;
+    }
+}
+
 // Errors of netprism's durations against the truth iterations they overlap most (matching by time).
 std::vector<double> duration_errors(const Job& j, const synth::Truth& t) {
   std::vector<double> errs;
@@ -90,11 +100,7 @@ TEST(AnalysisTimeline, SyncEndsFollowTheReceiversArrivals) {
   synth::generate(s, plain);
   synth::generate(s, late);
   const uint64_t delay = 15'000'000;
-  for (auto& e : late.events)
-    if (e.dir == NP_DIR_INGRESS) {
-      e.first_ns += delay;
-      e.last_ns += delay;
-    }
+  delay_events(late, delay, [](const FlowEvent& e) { return e.dir == NP_DIR_INGRESS; });
   auto a = analyze(plain), b = analyze(late);
   ASSERT_EQ(a.jobs.size(), 1u);
   ASSERT_EQ(b.jobs.size(), 1u);
@@ -159,11 +165,7 @@ TEST(AnalysisTimeline, StalledSynchronisationOfAShapedStageStaysOneIteration) {
       split = std::max(split, e.first_ns);
   ASSERT_GT(split, truth.boundaries[k - 1]);
   Input stalled = plain;
-  for (auto& e : stalled.events)
-    if (e.first_ns >= split) {
-      e.first_ns += kStall;
-      e.last_ns += kStall;
-    }
+  delay_events(stalled, kStall, [&](const FlowEvent& e) { return e.first_ns >= split; });
   // The reference: the same run without the stall, its boundaries after the stall moved by it.
   auto r0 = analyze(plain), r = analyze(stalled);
   ASSERT_EQ(r0.jobs.size(), 1u);
@@ -194,11 +196,7 @@ TEST(AnalysisTimeline, LateRetransmissionEndsTheSynchronisationOfItsMember) {
   const size_t k = 9;
   const uint64_t split = truth.boundaries[k];  // the end of the last stage's synchronisation of iteration k
   const uint64_t kLate = 400'000'000;          // the retransmission timeout and the wait that follows
-  for (auto& e : in.events)
-    if (e.first_ns >= split) {
-      e.first_ns += kLate;
-      e.last_ns += kLate;
-    }
+  delay_events(in, kLate, [&](const FlowEvent& e) { return e.first_ns >= split; });
   // The retransmitted tail, from the other member to the slow one (its sender's view).
   const std::string a = synth::node_addr(s, 3), b = synth::node_addr(s, 2);
   for (const auto& e : in.events)
