@@ -68,7 +68,6 @@ class SegmentLog {
   Place place(uint64_t len) const;
   // Stages the blob at place(blob.size()) (copied: it need not outlive the call).
   void stage(std::string_view blob);
-  bool has_staged() const { return !staged_.empty(); }
   // Writes and syncs everything staged. On failure returns false with err set; the staged bytes stay
   // staged until committed() or rolled_back().
   bool flush(std::string& err);
