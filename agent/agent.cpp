@@ -18,6 +18,7 @@
 #include "delivery.hpp"
 #include "log.hpp"
 #include "netinfo.hpp"
+#include "netprism/fd.hpp"
 #include "netprism/version.hpp"
 #include "netprism/wire.hpp"
 #include "probe/probe.hpp"
@@ -27,21 +28,6 @@
 
 namespace netprism::agent {
 namespace {
-
-// RAII file descriptor.
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 const char* probe_counter_name(int i) {
   switch (i) {

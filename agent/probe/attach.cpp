@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 
+#include "netprism/fd.hpp"
 #include "probe_impl.hpp"
 
 namespace netprism::agent {
@@ -20,16 +21,6 @@ namespace {
 std::string errstr(int e) {
   return std::strerror(e < 0 ? -e : e);
 }
-
-struct Fd {
-  int fd = -1;
-  explicit Fd(int f) : fd(f) {}
-  ~Fd() {
-    if (fd >= 0) close(fd);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-};
 
 const char* point_name(bpf_tc_attach_point p) {
   return p == BPF_TC_INGRESS ? "ingress" : "egress";
@@ -46,10 +37,10 @@ uint32_t prog_id_of(int prog_fd) {
 
 std::string prog_name_of_id(uint32_t id) {
   Fd fd(bpf_prog_get_fd_by_id(id));
-  if (fd.fd < 0) return {};
+  if (fd.get() < 0) return {};
   bpf_prog_info info{};
   uint32_t len = sizeof info;
-  if (bpf_obj_get_info_by_fd(fd.fd, &info, &len) != 0) return {};
+  if (bpf_obj_get_info_by_fd(fd.get(), &info, &len) != 0) return {};
   return std::string(info.name, strnlen(info.name, sizeof info.name));
 }
 
@@ -98,7 +89,7 @@ bool Probe::attach(const std::string& ifname, AttachMode mode, std::string& err)
       }
       // Our own program from an earlier run: replace it atomically, and only if it is still that one.
       Fd old(bpf_prog_get_fd_by_id(cur));
-      LIBBPF_OPTS(bpf_xdp_attach_opts, o, .old_prog_fd = old.fd);
+      LIBBPF_OPTS(bpf_xdp_attach_opts, o, .old_prog_fd = old.get());
       r = bpf_xdp_attach(ifindex, fd, XDP_FLAGS_REPLACE, &o);
     } else {
       // UPDATE_IF_NOEXIST: if another program appeared since the query, the kernel refuses (EBUSY).

@@ -34,18 +34,6 @@ bool sync_dir(const std::string& dir, std::string& err) {
 
 }  // namespace
 
-Fd::~Fd() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-Fd& Fd::operator=(Fd&& o) noexcept {
-  if (this != &o) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = o.release();
-  }
-  return *this;
-}
-
 SegmentLog::SegmentLog(std::string dir, uint64_t segment_bytes)
     : dir_(std::move(dir)), segment_bytes_(segment_bytes ? segment_bytes : 1) {}
 
