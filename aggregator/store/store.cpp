@@ -48,6 +48,13 @@ CREATE INDEX IF NOT EXISTS findings_job ON findings(job);
 constexpr uint64_t kSegmentBytes = 64u << 20;
 constexpr const char* kSegmentHighWater = "segment_high_water";  // meta key: the highest number ever used
 
+// A scan's segment descriptors are not kept open after it (also when it throws): an open descriptor would
+// hold the space of a segment retention deleted.
+struct CloseReaders {
+  SegmentLog& log;
+  ~CloseReaders() { log.close_readers(); }
+};
+
 bool is_dir(const std::string& p) {
   struct stat st {};
   return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
@@ -102,8 +109,7 @@ Store::Store(const std::string& path, Db::Mode mode, int zstd_level)
     touch_counters_ = db_.prepare("UPDATE nodes SET counters=?2 WHERE node=?1");
   }
   // Read-only openers of a store from before segments (or of anything else) must still read it.
-  auto cols = db_.prepare("SELECT 1 FROM pragma_table_info('batches') WHERE name='seg'");
-  seg_columns_ = cols.step();
+  seg_columns_ = has_seg_columns();
 }
 
 void Store::create_schema() {
@@ -111,10 +117,14 @@ void Store::create_schema() {
   // A store written by a build from before segments: its batches table gains the (nullable) columns. Checked
   // under the write lock, so that two writers opening the store at once cannot both add them.
   Transaction tx(db_);
-  if (!db_.prepare("SELECT 1 FROM pragma_table_info('batches') WHERE name='seg'").step())
+  if (!has_seg_columns())
     for (const char* c : {"seg", "seg_off", "seg_len"})
       db_.exec(std::string("ALTER TABLE batches ADD COLUMN ") + c + " INTEGER");
   tx.commit();
+}
+
+bool Store::has_seg_columns() {
+  return db_.prepare("SELECT 1 FROM pragma_table_info('batches') WHERE name='seg'").step();
 }
 
 std::string Store::seg_cols() const {
@@ -473,12 +483,7 @@ void Store::scan_batches(const std::optional<std::string>& node, uint64_t since,
       .bind(2, std::min<uint64_t>(until, std::numeric_limits<int64_t>::max()));
   if (node) s.bind(3, *node);
   std::string buf;
-  // Not kept open between reads (also when fn throws): an open descriptor would hold the space of a segment
-  // retention deleted.
-  struct CloseReaders {
-    SegmentLog& l;
-    ~CloseReaders() { l.close_readers(); }
-  } close_readers{segs_};
+  CloseReaders close_readers{segs_};
   while (s.step()) {
     std::string err;
     if (auto blob = row_blob(s, 2, buf, err))
@@ -501,13 +506,11 @@ std::vector<Store::RawRow> Store::raw_batches(int64_t after_id, uint64_t since, 
       .bind(3, std::min<uint64_t>(until, std::numeric_limits<int64_t>::max()));
   std::size_t total = 0;
   std::string buf;
+  CloseReaders close_readers{segs_};
   while (s.step()) {
     std::string err;
     auto blob = row_blob(s, 9, buf, err);
-    if (!blob) {
-      segs_.close_readers();
-      throw SqliteError("batch row " + std::to_string(s.i64(0)) + ": " + err);
-    }
+    if (!blob) throw SqliteError("batch row " + std::to_string(s.i64(0)) + ": " + err);
     RawRow r{s.i64(0),
              s.text(1),
              static_cast<uint64_t>(s.i64(2)),
@@ -522,7 +525,6 @@ std::vector<Store::RawRow> Store::raw_batches(int64_t after_id, uint64_t since, 
     out.push_back(std::move(r));
     if (total >= max_bytes) break;
   }
-  segs_.close_readers();
   return out;
 }
 

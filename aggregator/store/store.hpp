@@ -128,6 +128,7 @@ class Store {
   // Runs sql (one parameter) for each key, in one transaction.
   template <class Key>
   void delete_each(const char* sql, const std::vector<Key>& keys);
+  bool has_seg_columns();          // the batches table has seg, seg_off, seg_len
   std::string seg_cols() const;    // "seg,seg_off,seg_len", or NULLs for a store from before segments
   std::string bytes_expr() const;  // a row's stored bytes, inline or in a segment
   Db db_;
