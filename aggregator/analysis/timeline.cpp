@@ -131,6 +131,11 @@ bool is_dp_xfer(const Structure& s, const Xfer& x, int group) {
   return s.group_of[x.src] == group && s.group_of[x.dst] == group && s.stage_of[x.src] == s.stage_of[x.dst];
 }
 
+// A pipeline send of one of the group's members: to a node of another stage.
+bool is_pp_send(const Structure& s, const Xfer& x, int group) {
+  return s.group_of[x.src] == group && s.stage_of[x.dst] >= 0 && s.stage_of[x.dst] != s.stage_of[x.src];
+}
+
 // Between two synchronisations of its DP group a stage runs a forward/backward pass and sends its pipeline
 // neighbours data (activations downstream, gradients upstream); during one it sends them nothing new (a
 // training loop waits for its pipeline sends before the all-reduce; one that overlaps the all-reduce with
@@ -146,8 +151,7 @@ std::vector<uint64_t> merge_stalled(const std::vector<uint64_t>& ends, const Job
                                     const Structure& s, int group) {
   std::vector<uint64_t> pp_sends;  // start of each pipeline send of a member, in time order
   for (const Xfer& x : job.xfers)
-    if (s.group_of[x.src] == group && s.stage_of[x.dst] >= 0 && s.stage_of[x.dst] != s.stage_of[x.src])
-      pp_sends.push_back(x.t0);
+    if (is_pp_send(s, x, group)) pp_sends.push_back(x.t0);
   if (pp_sends.empty()) return ends;
   std::vector<uint64_t> merged;
   for (uint64_t e : ends) {
@@ -585,9 +589,7 @@ Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structur
         // pass. Without that member's pipeline sends in view nothing is extended.
         std::map<uint32_t, std::vector<uint64_t>> member_pp;  // member -> starts of its pipeline sends
         for (const Xfer& x : job.xfers)
-          if (s.group_of[x.src] == static_cast<int>(g) && s.stage_of[x.dst] >= 0 &&
-              s.stage_of[x.dst] != s.stage_of[x.src])
-            member_pp[x.src].push_back(x.t0);
+          if (is_pp_send(s, x, static_cast<int>(g))) member_pp[x.src].push_back(x.t0);
         std::vector<uint64_t> paired;  // the group's ends so far, in time order, and their slots
         std::vector<size_t> paired_slot;
         for (size_t k = 0; k < refb.size(); ++k)
