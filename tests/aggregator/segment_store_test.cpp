@@ -88,6 +88,30 @@ int64_t inline_bytes(const std::string& dir) {
   return q.step() ? q.i64(0) : -1;
 }
 
+// A disk that fills at `limit` bytes per file, for as long as it lives: RLIMIT_FSIZE fails write() with
+// EFBIG past it (SIGXFSZ ignored meanwhile), as a full disk fails it with ENOSPC.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t limit) : prev_(std::signal(SIGXFSZ, SIG_IGN)) {
+    ::getrlimit(RLIMIT_FSIZE, &old_);
+    rlimit small = old_;
+    small.rlim_cur = limit;
+    ok_ = ::setrlimit(RLIMIT_FSIZE, &small) == 0;
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    std::signal(SIGXFSZ, prev_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  void (*prev_)(int);
+  rlimit old_{};
+  bool ok_ = false;
+};
+
 // Runs one group commit as the daemon's committer does.
 bool commit_group(store::Store& s, const std::vector<Batch>& batches) {
   store::Transaction tx(s.db());
@@ -168,16 +192,12 @@ TEST(SegmentStore, AFailedSegmentWriteStoresNothingAndTheNextCommitSucceeds) {
       fs::path(store::SegmentLog::dir_for(store::Store::resolve(d.path))) / segment_files(d.path)[0];
   const auto used = fs::file_size(seg);
   // The segment's append hits the limit first (its bytes are written before SQLite writes the commit).
-  auto prev = std::signal(SIGXFSZ, SIG_IGN);
-  rlimit old{};
-  ::getrlimit(RLIMIT_FSIZE, &old);
-  rlimit small = old;
-  small.rlim_cur = used + 100;
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
   std::vector<Batch> failed{make_batch("n", 1, 400, 2000), make_batch("n", 2, 400, 3000)};
-  EXPECT_THROW(commit_group(s, failed), store::SqliteError);
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
-  std::signal(SIGXFSZ, prev);
+  {
+    FileSizeLimit limit(used + 100);
+    ASSERT_TRUE(limit.ok());
+    EXPECT_THROW(commit_group(s, failed), store::SqliteError);
+  }
   EXPECT_EQ(s.batch_count(), 1u) << "nothing of the failed group is stored";
   EXPECT_EQ(scan(s), in);
   // Resent after the failure (the agents never got an ACK): stored now, and read back whole.
@@ -346,15 +366,11 @@ TEST(SegmentStore, BytesOfACommitThatFailedAfterTheirFlushAreNeverWrittenOver) {
   const auto seg_used = fs::file_size(seg_dir + "/" + segment_files(d.path)[0]);
   const auto wal = fs::file_size(db_file + "-wal");
   ASSERT_GT(wal, seg_used + 64 * 1024) << "the test needs the WAL's end far beyond the segment's";
-  auto prev = std::signal(SIGXFSZ, SIG_IGN);
-  rlimit old{};
-  ::getrlimit(RLIMIT_FSIZE, &old);
-  rlimit small = old;
-  small.rlim_cur = seg_used + 32 * 1024;  // the segment's append fits, the WAL's does not
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
-  EXPECT_THROW(commit_group(s, {make_batch("n", 100, 20, 900000)}), store::SqliteError);
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
-  std::signal(SIGXFSZ, prev);
+  {
+    FileSizeLimit limit(seg_used + 32 * 1024);  // the segment's append fits, the WAL's does not
+    ASSERT_TRUE(limit.ok());
+    EXPECT_THROW(commit_group(s, {make_batch("n", 100, 20, 900000)}), store::SqliteError);
+  }
   ASSERT_GT(fs::file_size(seg_dir + "/" + segment_files(d.path)[0]), seg_used)
       << "the failed group's bytes were flushed before its COMMIT failed";
   in.push_back(make_batch("n", 101, 20, 950000));
