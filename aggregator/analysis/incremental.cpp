@@ -116,18 +116,16 @@ void prefetch_lines(const T* p) {
 }  // namespace
 
 void StreamingAnalysis::add(std::span<const Event> events) {
-  // Software pipelining, prefetches only (every event still goes through add(e), in order): the index slot
-  // of event i + 2D, the flow record of event i + D (its slot has arrived by then), and the connection
-  // record and transfer list end of event i + D/2 (its flow record has). A prefetch that turns out wrong (a
-  // new flow, a probe past the first slot, the tables changed meanwhile) costs a wasted load, nothing more.
+  // Software pipelining, prefetches only (every event still goes through add(e, its hash), in order): the
+  // index slot of event i + 2D, the flow record of event i + D (its slot has arrived by then), and the
+  // connection record and transfer list end of event i + D/2 (its flow record has). A prefetch that turns out
+  // wrong (a new flow, a probe past the first slot, the tables changed meanwhile) costs a wasted load,
+  // nothing more.
   constexpr std::size_t kD = 8;
   const std::size_t n = events.size();
   thread_local std::vector<uint64_t> hashes;
   hashes.resize(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const Event& e = events[i];
-    hashes[i] = hash_of(FlowKey{e.src, e.dst, e.src_port, e.dst_port, e.qpn, e.proto});
-  }
+  for (std::size_t i = 0; i < n; ++i) hashes[i] = hash_of(flow_key(events[i]));
   for (std::size_t i = 0; i < n; ++i) {
     if (i + 2 * kD < n) flow_idx_.prefetch(hashes[i + 2 * kD]);
     if (i + kD < n)
@@ -140,16 +138,23 @@ void StreamingAnalysis::add(std::span<const Event> events) {
         if (!fl.obs.empty()) __builtin_prefetch(fl.obs.data());
         if (fl.xs.size() < fl.xs.capacity()) __builtin_prefetch(fl.xs.data() + fl.xs.size(), 1);
       }
-    add(events[i]);
+    add(events[i], hashes[i]);
   }
 }
 
+FlowKey StreamingAnalysis::flow_key(const Event& e) {
+  return FlowKey{e.src, e.dst, e.src_port, e.dst_port, e.qpn, e.proto};
+}
+
 void StreamingAnalysis::add(const Event& e) {
+  add(e, hash_of(flow_key(e)));
+}
+
+void StreamingAnalysis::add(const Event& e, uint64_t fh) {
   ++stats_.events;
   // Nodes are numbered by first appearance as a sender, as normalize() does.
   uint32_t sender_node = node_of_addr(e.src);
-  FlowKey k{e.src, e.dst, e.src_port, e.dst_port, e.qpn, e.proto};
-  const uint64_t fh = hash_of(k);
+  const FlowKey k = flow_key(e);
   uint32_t f = flow_idx_.find(fh, [&](uint32_t i) { return flows_[i].key == k; });
   if (f == FlatIndex::npos) {
     const std::string &sa = strs_[e.src], &da = strs_[e.dst];

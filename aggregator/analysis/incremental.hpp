@@ -101,6 +101,8 @@ class StreamingAnalysis {
   static constexpr size_t kMaxPhases = 200'000;
 
  private:
+  static FlowKey flow_key(const Event& e);
+  void add(const Event& e, uint64_t flow_hash);  // add(e) with hash_of(flow_key(e)) already computed
   struct ObsStat {
     uint32_t obs;
     uint64_t bytes = 0, xfers = 0, first_t0 = UINT64_MAX, last_t1 = 0;
