@@ -122,15 +122,18 @@ int main(int argc, char** argv) {
   auto* analyze = app.add_subcommand("analyze", "analyse a recording without an aggregator");
   analyze->add_option("--input", input, "aggregator data dir, `netprism record` file, or flow CSV")
       ->required();
-  analyze->add_option("--format", format, "native or csv (default: by content)")
-      ->check(CLI::IsMember({"native", "csv"}));
+  analyze
+      ->add_option("--format", format,
+                   "native, csv, or a capture of exporters' datagrams: ipfix (IPFIX/NetFlow v9) or sflow "
+                   "(default: native or csv by content)")
+      ->check(CLI::IsMember({"native", "csv", "ipfix", "sflow"}));
   analyze->add_option("--topology", topology, "file of 'IP NODE' lines");
 
   auto* rep = app.add_subcommand(
       "report", "fleet view: per job its nodes, hours observed, iterations, step time, time lost, faults");
   rep->add_option("--input", input, "report on a recording instead (as `analyze --input`)");
-  rep->add_option("--format", format, "with --input: native or csv (default: by content)")
-      ->check(CLI::IsMember({"native", "csv"}));
+  rep->add_option("--format", format, "with --input: native, csv, ipfix or sflow (default: by content)")
+      ->check(CLI::IsMember({"native", "csv", "ipfix", "sflow"}));
   rep->add_option("--topology", topology, "with --input: file of 'IP NODE' lines");
   rep->add_flag("--watch", watch, "refresh continuously, like top");
   rep->add_option("--interval", interval, "seconds between refreshes")->check(CLI::Range(0.1, 3600.0));

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "analysis.hpp"
+#include "capture_import.hpp"
 #include "flows.hpp"
 #include "netprism/addr.hpp"
 #include "store.hpp"
@@ -90,6 +91,12 @@ std::optional<Analysed> analyze_recording(const std::string& input, std::string 
   if (format == "csv") {
     auto r = analysis::load_csv(input, topology, err);
     if (!r) return std::nullopt;
+    in = std::move(*r);
+  } else if (auto proto = flowin::parse_protocol(format)) {
+    std::vector<std::string> warnings;
+    auto r = flowin::load_capture(input, *proto, topology, warnings, err);
+    if (!r) return std::nullopt;
+    for (const auto& w : warnings) std::cerr << "netprism: warning: " << w << "\n";
     in = std::move(*r);
   } else {
     std::string db = store::Store::resolve(input);
