@@ -19,6 +19,8 @@
 #include "daemon/query_server.hpp"
 #include "daemon/registry.hpp"
 #include "daemon/settings.hpp"
+#include "flowin/listener.hpp"
+#include "flowin/topology.hpp"
 #include "netprism/cli.hpp"
 #include "netprism/version.hpp"
 
@@ -60,6 +62,8 @@ int main(int argc, char** argv) {
     store::OwnTraffic own;
     for (const auto& ep : {s.listen, s.query})
       if (auto p = store::endpoint_port(ep)) own.ports.insert(*p);
+    for (const auto& url : s.flow_listen)  // exporters' datagrams to us are netprism's traffic, not a job's
+      if (std::string e; auto l = flowin::parse_listen(url, e)) own.ports.insert(l->port);
 
     daemon::Registry reg;
     {
@@ -77,8 +81,19 @@ int main(int argc, char** argv) {
       daemon::log_line("store " + store::Store::resolve(s.data_dir) + ": " + std::to_string(nodes.size()) +
                        " registered nodes, " + std::to_string(batches) + " batches");
     }
-    daemon::LiveAnalysis live(s, own, [&reg] { return reg.addr_nodes(); });
+    // The topology file names addresses no agent reports (switch exporters' flows); it overrides HELLOs.
+    std::map<std::string, std::string> topology;
+    if (std::string err; !s.topology.empty() && !flowin::load_topology(s.topology, topology, err))
+      return cli::fail("netprism-aggregator", err);
+    daemon::LiveAnalysis live(s, own, [&reg, &topology] {
+      auto m = reg.addr_nodes();
+      for (const auto& [a, n] : topology) m[a] = n;
+      return m;
+    });
     daemon::Ingest ingest(ctx, s, reg, live);
+    // After the ingest: it connects to the ingest's endpoint, bound by now.
+    std::optional<flowin::FlowListener> flows;
+    if (!s.flow_listen.empty()) flows.emplace(ctx, s.flow_listen, s.listen);
     daemon::QueryServer query(ctx, s, reg, live, own);
     live.preload();
     daemon::log_line(std::string("version ") + std::string(kVersion) + " listening on " + s.listen +
@@ -88,11 +103,15 @@ int main(int argc, char** argv) {
       std::jthread t_ingest([&](std::stop_token st) { ingest.run(st); });
       std::jthread t_live([&](std::stop_token st) { live.run(st); });
       std::jthread t_query([&](std::stop_token st) { query.run(st); });
+      std::jthread t_flows;
+      if (flows) t_flows = std::jthread([&](std::stop_token st) { flows->run(st); });
       int sig = 0;
       sigwait(&sigs, &sig);
       daemon::log_line(std::string("stopping on ") + strsignal(sig));
     }  // jthreads request stop and join here
     return 0;
+  } catch (const std::runtime_error& e) {  // --flow-listen could not bind
+    return cli::fail("netprism-aggregator", e.what());
   } catch (const zmq::error_t& e) {
     return cli::fail("netprism-aggregator", std::string("cannot bind: ") + e.what());
   } catch (const std::exception& e) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "netprism/cli.hpp"
+#include "flowin/listener.hpp"
 #include "netprism/config.hpp"
 
 namespace netprism::daemon {
@@ -30,9 +31,11 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
     std::string* v;
     const char* help;
   };
-  std::vector<Str> strs = {{"--listen", &s.listen, "agent ingest endpoint (ZeroMQ ROUTER)"},
-                           {"--query", &s.query, "query endpoint for the netprism CLI (ZeroMQ REP)"},
-                           {"--data-dir", &s.data_dir, "where the embedded store lives"}};
+  std::vector<Str> strs = {
+      {"--listen", &s.listen, "agent ingest endpoint (ZeroMQ ROUTER)"},
+      {"--query", &s.query, "query endpoint for the netprism CLI (ZeroMQ REP)"},
+      {"--data-dir", &s.data_dir, "where the embedded store lives"},
+      {"--topology", &s.topology, "file of 'IP NODE' lines naming exporters' endpoints"}};
   std::vector<Int> ints = {
       {"--retention-age-s", &s.retention_age_s, "delete batches older than this (0: keep)"},
       {"--retention-bytes", &s.retention_bytes, "keep at most this many compressed bytes (0: no bound)"},
@@ -70,6 +73,14 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
       return true;
     });
   }
+  auto* flow_opt = app.add_option("--flow-listen", s.flow_listen,
+                                  "collect switch telemetry: ipfix://ADDR:PORT (IPFIX, NetFlow v9) or "
+                                  "sflow://ADDR:PORT (repeatable)");
+  schema["flow_listen"] = config::Type::kStringList;
+  from_file.emplace_back(flow_opt, [&s](const config::Values& vals) {
+    if (auto x = config::get<std::vector<std::string>>(vals, "flow_listen")) s.flow_listen = *x;
+    return true;
+  });
   auto* cfg = app.add_option("--config", s.config,
                              std::string("TOML config file (default ") + kDefaultConfig + " when it exists)");
   if (auto rc = cli::parse(app, argc, argv)) return rc;
@@ -95,6 +106,13 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
   if (s.zstd_level < -7 || s.zstd_level > 19 || s.zstd_level == 0) {
     std::cerr << "netprism-aggregator: --zstd-level must be -7..-1 or 1..19\n";
     return cli::kExitUsage;
+  }
+  for (const auto& url : s.flow_listen) {
+    std::string err;
+    if (!flowin::parse_listen(url, err)) {
+      std::cerr << "netprism-aggregator: --flow-listen " << err << "\n";
+      return cli::kExitUsage;
+    }
   }
   if (s.analysis_interval_ms == 0) s.analysis_interval_ms = 1;
   if (s.ingest_threads == 0)

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace netprism::daemon {
 
@@ -42,6 +43,10 @@ struct Settings {
   // messages); 0: one per core, at most 4 (beyond that the single SQLite writer is the limit).
   int64_t ingest_threads = 0;
   std::string config;
+  // Switch telemetry collectors (flowin/listener.hpp): "ipfix://ADDR:PORT" / "sflow://ADDR:PORT", repeatable.
+  std::vector<std::string> flow_listen;
+  // "IP NODE" lines naming the nodes of addresses no agent reports (exporters' flows); they override HELLOs.
+  std::string topology;
 };
 
 // Parses argv (and the config file); nullopt to go on, else the exit code to return.
