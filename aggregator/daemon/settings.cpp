@@ -15,7 +15,19 @@ namespace netprism::daemon {
 
 namespace {
 constexpr const char* kDefaultConfig = "/etc/netprism/aggregator.toml";
+
+// Every --flow-listen URL well-formed (a usage error names the first bad one).
+bool flow_listen_ok(const Settings& s) {
+  for (const auto& url : s.flow_listen) {
+    std::string err;
+    if (!flowin::parse_listen(url, err)) {
+      std::cerr << "netprism-aggregator: --flow-listen " << err << "\n";
+      return false;
+    }
+  }
+  return true;
 }
+}  // namespace
 
 std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
   CLI::App app{"netprism-aggregator: stores agents' flow records and analyses training jobs",
@@ -107,13 +119,7 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
     std::cerr << "netprism-aggregator: --zstd-level must be -7..-1 or 1..19\n";
     return cli::kExitUsage;
   }
-  for (const auto& url : s.flow_listen) {
-    std::string err;
-    if (!flowin::parse_listen(url, err)) {
-      std::cerr << "netprism-aggregator: --flow-listen " << err << "\n";
-      return cli::kExitUsage;
-    }
-  }
+  if (!flow_listen_ok(s)) return cli::kExitUsage;
   if (s.analysis_interval_ms == 0) s.analysis_interval_ms = 1;
   if (s.ingest_threads == 0)
     s.ingest_threads = std::clamp<int64_t>(static_cast<int64_t>(std::thread::hardware_concurrency()), 1, 4);
