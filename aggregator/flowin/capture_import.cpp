@@ -15,6 +15,8 @@ std::optional<analysis::Input> load_capture(const std::string& path, Protocol p,
   Stats st;
   auto by_node = read_capture(path, p, st, err);
   if (!by_node) return std::nullopt;
+  if (!err.empty()) warnings.push_back(err + " (analysing what was read)");
+  err.clear();
   for (const auto& [node, flowlets] : *by_node)
     for (const auto& f : flowlets) in.events.push_back(store::to_event(node, f));
   // Exporters' records arrive in export order (a flow's record leaves at its timeout); the analysis reads

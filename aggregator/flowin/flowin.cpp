@@ -107,10 +107,13 @@ std::optional<ByNode> read_capture(const std::string& path, Protocol proto, Stat
   stats = dec->stats();
   if (rc == PCAP_ERROR) {
     err = path + ": " + pcap_geterr(pc.get());
-    return std::nullopt;
+    // A capture cut short (a full disk, a killed tcpdump): what was read is kept, the reason is the warning.
+    if (stats.datagrams == 0) return std::nullopt;
+    if (stats.datagrams > stats.errors) return out;
   }
   if (stats.datagrams == stats.errors) {
-    err = path + ": " + std::to_string(udp) + " UDP datagrams, none of them " + protocol_name(proto) +
+    err = (err.empty() ? "" : err + "; ") + path + ": " + std::to_string(udp) +
+          " UDP datagrams, none of them " + protocol_name(proto) +
           (first_err.empty() ? "" : " (first error: " + first_err + ")");
     return std::nullopt;
   }

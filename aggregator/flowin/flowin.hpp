@@ -67,7 +67,8 @@ using ByNode = std::map<std::string, std::vector<Flowlet>>;
 // Reads a pcap/pcapng file of the UDP datagrams an exporter sent (tcpdump -w on the collector's port),
 // decodes every datagram and groups the flowlets by exporter node. A datagram that is not UDP is skipped; a
 // malformed one is counted in stats.errors (the rest of the file is still read). nullopt and a reason when
-// the file cannot be read as a capture or holds no datagram of the protocol at all.
+// the file cannot be read as a capture or holds no datagram of the protocol at all; a capture cut short is
+// read up to the cut, with the reason in err as a warning.
 std::optional<ByNode> read_capture(const std::string& path, Protocol p, Stats& stats, std::string& err);
 
 }  // namespace netprism::flowin
