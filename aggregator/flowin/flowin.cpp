@@ -96,8 +96,8 @@ std::optional<ByNode> read_capture(const std::string& path, Protocol proto, Stat
                   static_cast<uint64_t>(h->ts.tv_usec) *
                       (pcap_get_tstamp_precision(pc.get()) == PCAP_TSTAMP_PRECISION_NANO ? 1ull : 1000ull);
     fl.clear();
-    bool ok =
-        dec->decode(format_addr(p.key.saddr), ts, frame.subspan(p.payload_off, p.payload), fl, node, derr);
+    bool ok = dec->decode(format_addr(p.key.saddr), p.key.sport, ts, frame.subspan(p.payload_off, p.payload),
+                          fl, node, derr);
     if (!ok && first_err.empty()) first_err = derr;
     if (!fl.empty()) {
       auto& v = out[node];

@@ -30,8 +30,11 @@ enum class Protocol { kIpfix, kSflow };
 std::optional<Protocol> parse_protocol(const std::string& name);
 const char* protocol_name(Protocol p);
 
-// Name of the synthetic node that stands for one exporter: "ipfix:ADDR" / "sflow:ADDR". It is the observer of
-// the exporter's records; the flows' endpoints are named by address (or by a topology file).
+// Name of the synthetic node that stands for one exporter: "ipfix:ADDR" / "sflow:ADDR" (ADDR: the datagrams'
+// source for IPFIX and v9, the agent address inside sFlow datagrams), with "/ID" appended for a non-zero
+// observation domain (IPFIX), source id (v9) or sub-agent (sFlow): exporters sharing an address are told
+// apart by those. It is the observer of the exporter's records; the flows' endpoints are named by address
+// (or by a topology file).
 std::string exporter_node(Protocol p, const std::string& addr);
 
 // Counters of one collector (what was decoded, what was skipped and why).
@@ -47,12 +50,14 @@ struct Stats {
 class Decoder {
  public:
   virtual ~Decoder() = default;
-  // Decodes one datagram from `exporter` (its source address) received at recv_ns (Unix ns). Flowlets are
-  // appended to `out`; each flowlet's observer is the node `node_out` receives (the exporter's synthetic
-  // node: sFlow names its agent inside the datagram). False and a one-line reason for a malformed datagram;
-  // records decoded before the fault are kept (they were well-formed).
-  virtual bool decode(const std::string& exporter, uint64_t recv_ns, std::span<const uint8_t> datagram,
-                      std::vector<Flowlet>& out, std::string& node_out, std::string& err) = 0;
+  // Decodes one datagram from `exporter` (its source address) and source port, received at recv_ns (Unix
+  // ns). Flowlets are appended to `out`; their observer is the node `node_out` receives (the exporter's
+  // synthetic node, see exporter_node). False and a one-line reason for a malformed datagram; records
+  // decoded before the fault are kept (they were well-formed). IPFIX scopes templates to the transport
+  // session and observation domain (RFC 7011 8), so two exporters on one host keep their own templates.
+  virtual bool decode(const std::string& exporter, uint16_t port, uint64_t recv_ns,
+                      std::span<const uint8_t> datagram, std::vector<Flowlet>& out, std::string& node_out,
+                      std::string& err) = 0;
   const Stats& stats() const { return stats_; }
 
  protected:

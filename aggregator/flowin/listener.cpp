@@ -46,6 +46,11 @@ sockaddr_storage to_sockaddr(const ListenSpec& s, socklen_t& len) {
   return ss;
 }
 
+uint16_t source_port(const sockaddr_storage& ss) {
+  return ntohs(ss.ss_family == AF_INET ? reinterpret_cast<const sockaddr_in*>(&ss)->sin_port
+                                       : reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_port);
+}
+
 std::string source_addr(const sockaddr_storage& ss) {
   Addr16 a{};
   if (ss.ss_family == AF_INET) {
@@ -157,8 +162,8 @@ void FlowListener::receive(Socket& s) {
       errors.log(std::string(protocol_name(s.spec.proto)) + " datagram from " + exporter + " truncated");
       continue;
     }
-    if (!s.decoder->decode(exporter, daemon::now_unix_ns(), {buf.data(), static_cast<size_t>(got)}, fl, node,
-                           err))
+    if (!s.decoder->decode(exporter, source_port(from), daemon::now_unix_ns(),
+                           {buf.data(), static_cast<size_t>(got)}, fl, node, err))
       errors.log(std::string(protocol_name(s.spec.proto)) + " datagram rejected: " + err);
     if (fl.empty()) continue;
     auto& p = nodes_[node].pending;

@@ -43,8 +43,9 @@ struct Domain {
   uint64_t sampling = 1;     // 1:N from options records (samplingInterval and kin)
   uint64_t sys_init_ms = 0;  // systemInitTimeMilliseconds, for IPFIX's sysUpTime-relative times
 };
-// An exporter domain: source address, version, observation domain (IPFIX) / source id (v9).
-using DomainKey = std::tuple<std::string, int, uint32_t>;
+// An exporter domain: source address and port (the UDP transport session), version, observation domain
+// (IPFIX) / source id (v9).
+using DomainKey = std::tuple<std::string, uint16_t, int, uint32_t>;
 
 // The fields of one data record that a flowlet needs; anything else is skipped.
 struct Rec {
@@ -174,7 +175,7 @@ uint64_t payload_estimate(const Rec& r, uint8_t proto, uint64_t bytes, uint64_t 
 
 class NetflowDecoder final : public Decoder {
  public:
-  bool decode(const std::string& exporter, uint64_t recv_ns, std::span<const uint8_t> d,
+  bool decode(const std::string& exporter, uint16_t port, uint64_t recv_ns, std::span<const uint8_t> d,
               std::vector<Flowlet>& out, std::string& node_out, std::string& err) override {
     stats_.datagrams++;
     node_out = exporter_node(Protocol::kIpfix, exporter);
@@ -182,9 +183,9 @@ class NetflowDecoder final : public Decoder {
       Reader r(d);
       int version = static_cast<int>(r.uint(2, "version"));
       if (version == 10)
-        ipfix(exporter, r, recv_ns, out);
+        ipfix(exporter, port, r, recv_ns, out, node_out);
       else if (version == 9)
-        v9(exporter, r, recv_ns, out);
+        v9(exporter, port, r, recv_ns, out, node_out);
       else
         throw DecodeError("version " + std::to_string(version) + " is neither IPFIX (10) nor NetFlow v9");
       return true;
@@ -205,14 +206,16 @@ class NetflowDecoder final : public Decoder {
     uint64_t recv_ns = 0;
   };
 
-  void ipfix(const std::string& exporter, Reader& r, uint64_t recv_ns, std::vector<Flowlet>& out) {
+  void ipfix(const std::string& exporter, uint16_t port, Reader& r, uint64_t recv_ns,
+             std::vector<Flowlet>& out, std::string& node) {
     size_t len = r.uint(2, "message length");
     if (len < 16 || len - 4 > r.left())
       throw DecodeError("message length " + std::to_string(len) + " does not fit the datagram");
     Msg m{nullptr, 10, r.uint(4, "export time"), 0, recv_ns};
     r.uint(4, "sequence number");
     uint32_t odid = static_cast<uint32_t>(r.uint(4, "observation domain"));
-    m.dom = &domain({exporter, 10, odid});
+    m.dom = &domain({exporter, port, 10, odid});
+    if (odid != 0) node.append("/").append(std::to_string(odid));
     Reader body = r.sub(len - 16, "message body");
     while (body.left() > 0) {
       uint16_t id = static_cast<uint16_t>(body.uint(2, "set id"));
@@ -227,13 +230,15 @@ class NetflowDecoder final : public Decoder {
     }
   }
 
-  void v9(const std::string& exporter, Reader& r, uint64_t recv_ns, std::vector<Flowlet>& out) {
+  void v9(const std::string& exporter, uint16_t port, Reader& r, uint64_t recv_ns, std::vector<Flowlet>& out,
+          std::string& node) {
     r.uint(2, "record count");
     Msg m{nullptr, 9, 0, r.uint(4, "sysUptime"), recv_ns};
     m.export_s = r.uint(4, "unix seconds");
     r.uint(4, "sequence number");
     uint32_t source = static_cast<uint32_t>(r.uint(4, "source id"));
-    m.dom = &domain({exporter, 9, source});
+    m.dom = &domain({exporter, port, 9, source});
+    if (source != 0) node.append("/").append(std::to_string(source));
     while (r.left() > 0) {
       uint16_t id = static_cast<uint16_t>(r.uint(2, "flowset id"));
       size_t slen = r.uint(2, "flowset length");

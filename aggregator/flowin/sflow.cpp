@@ -23,7 +23,7 @@ constexpr size_t kMaxHeader = 65535;
 
 class SflowDecoder final : public Decoder {
  public:
-  bool decode(const std::string& exporter, uint64_t recv_ns, std::span<const uint8_t> d,
+  bool decode(const std::string& exporter, uint16_t /*port*/, uint64_t recv_ns, std::span<const uint8_t> d,
               std::vector<Flowlet>& out, std::string& node_out, std::string& err) override {
     stats_.datagrams++;
     node_out = exporter_node(Protocol::kSflow, exporter);
@@ -33,7 +33,8 @@ class SflowDecoder final : public Decoder {
       uint64_t version = r.uint(4, "version");
       if (version != 5) throw DecodeError("version " + std::to_string(version) + " is not sFlow v5");
       node_out = exporter_node(Protocol::kSflow, agent_address(r));
-      r.uint(4, "sub-agent id");
+      if (uint64_t sub = r.uint(4, "sub-agent id"); sub != 0)
+        node_out.append("/").append(std::to_string(sub));
       r.uint(4, "sequence number");
       r.uint(4, "uptime");
       uint64_t n = r.uint(4, "sample count");

@@ -55,7 +55,7 @@ Bytes ipfix_data(uint64_t octets, uint64_t packets, uint8_t proto = 6, uint16_t 
   d.set16(2, d.b.size());
   return d;
 }
-std::vector<uint8_t> ipfix_msg(std::vector<Bytes> sets, uint32_t domain = 1) {
+std::vector<uint8_t> ipfix_msg(std::vector<Bytes> sets, uint32_t domain = 0) {
   Bytes m;
   m.u(10, 2).u(0, 2).u(1700000000, 4).u(7, 4).u(domain, 4);
   for (auto& s : sets) m.raw(s.b);
@@ -64,9 +64,9 @@ std::vector<uint8_t> ipfix_msg(std::vector<Bytes> sets, uint32_t domain = 1) {
 }
 
 bool run(Decoder& d, const std::vector<uint8_t>& dg, std::vector<Flowlet>& out, std::string* node = nullptr,
-         std::string* err = nullptr) {
+         std::string* err = nullptr, uint16_t port = 4739) {
   std::string n, e;
-  bool ok = d.decode("192.0.2.9", 42, dg, out, n, e);
+  bool ok = d.decode("192.0.2.9", port, 42, dg, out, n, e);
   if (node) *node = n;
   if (err) *err = e;
   return ok;
@@ -129,6 +129,31 @@ TEST(Ipfix, DataBeforeTemplateIsCountedThenDecodedOnceTheTemplateCame) {
   w.u(2, 2).u(8, 2).u(256, 2).u(0, 2);
   ASSERT_TRUE(run(*d, ipfix_msg({w, ipfix_data(5000, 5)}), out));
   EXPECT_EQ(out.size(), 1u);
+}
+
+TEST(Ipfix, TwoExportersOnOneHostKeepTheirOwnTemplates) {
+  // Both send template 256 (as softflowd and pmacct's nfprobe do), with different layouts, from two ports.
+  auto d = make_decoder(Protocol::kIpfix);
+  Bytes other, rec;
+  other.u(2, 2).u(4 + 4 + 6 * 4, 2).u(256, 2).u(6, 2);
+  for (auto [id, len] : std::vector<std::pair<int, int>>{{12, 4}, {8, 4}, {11, 2}, {7, 2}, {4, 1}, {1, 4}})
+    other.u(id, 2).u(len, 2);
+  rec.u(256, 2).u(0, 2).ip4("10.9.0.2").ip4("10.9.0.1").u(80, 2).u(33000, 2).u(17, 1).u(777, 4);
+  rec.set16(2, rec.b.size());
+  std::vector<Flowlet> out;
+  std::string node;
+  ASSERT_TRUE(run(*d, ipfix_msg({ipfix_template()}), out, nullptr, nullptr, 1111));
+  ASSERT_TRUE(run(*d, ipfix_msg({other}, 3), out, nullptr, nullptr, 2222));
+  ASSERT_TRUE(run(*d, ipfix_msg({ipfix_data(5000, 5)}), out, &node, nullptr, 1111));
+  EXPECT_EQ(node, "ipfix:192.0.2.9");
+  ASSERT_TRUE(run(*d, ipfix_msg({rec}, 3), out, &node, nullptr, 2222));
+  EXPECT_EQ(node, "ipfix:192.0.2.9/3");  // a non-zero observation domain names the exporter apart
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(format_addr(out[0].key.saddr), "10.1.0.1");
+  EXPECT_EQ(out[0].bytes, 5000u);
+  EXPECT_EQ(format_addr(out[1].key.saddr), "10.9.0.1");
+  EXPECT_EQ(out[1].key.sport, 33000);
+  EXPECT_EQ(out[1].bytes, 777u);
 }
 
 TEST(Ipfix, SamplingFromAnOptionsRecordScalesCounts) {
