@@ -25,6 +25,9 @@ constexpr size_t kFlushRecords = 4096;
 // buffer holds ~3,000 full-size datagrams while this thread is descheduled.
 constexpr int kRcvBuf = 4 << 20;
 constexpr int kErrorLogPerSecond = 10;
+// Every exporter becomes a registered node; a sender can claim any sFlow agent address, so their number is
+// bounded: 4,096 is far above any fabric's switch count (a 32k-GPU cluster has ~2,000 switches).
+constexpr size_t kMaxExporters = 4096;
 
 sockaddr_storage to_sockaddr(const ListenSpec& s, socklen_t& len) {
   sockaddr_storage ss{};
@@ -146,7 +149,7 @@ void FlowListener::run(std::stop_token stop) {
 
 void FlowListener::receive(Socket& s) {
   static daemon::RateLimitedLog errors(kErrorLogPerSecond);
-  std::vector<uint8_t> buf(65536);
+  std::vector<uint8_t>& buf = buf_;
   std::vector<Flowlet> fl;
   std::string node, err;
   // Everything queued now, then back to poll (bounded: a flood cannot keep this loop from flushing).
@@ -166,6 +169,11 @@ void FlowListener::receive(Socket& s) {
                            {buf.data(), static_cast<size_t>(got)}, fl, node, err))
       errors.log(std::string(protocol_name(s.spec.proto)) + " datagram rejected: " + err);
     if (fl.empty()) continue;
+    if (nodes_.size() >= kMaxExporters && !nodes_.count(node)) {
+      errors.log("records of exporter " + node + " dropped: already " + std::to_string(kMaxExporters) +
+                 " exporters");
+      continue;
+    }
     auto& p = nodes_[node].pending;
     p.insert(p.end(), fl.begin(), fl.end());
   }

@@ -54,6 +54,7 @@ class FlowListener {
   std::vector<Socket> sockets_;
   zmq::socket_t dealer_;
   std::map<std::string, Node> nodes_;
+  std::vector<uint8_t> buf_ = std::vector<uint8_t>(65536);  // one datagram (UDP's largest)
   uint64_t epoch_ = 0;
   uint64_t errors_logged_ = 0;
 };
