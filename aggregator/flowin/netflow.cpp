@@ -265,12 +265,12 @@ class NetflowDecoder final : public Decoder {
       }
       if (tid < 256) throw DecodeError("template id " + std::to_string(tid) + " below 256");
       size_t fields = count;
-      if (options) {
-        size_t scope = set.uint(2, ipfix ? "scope field count" : "option scope length");
-        if (!ipfix)
-          fields = (scope + set.uint(2, "option length")) / 4;  // v9: byte lengths
-        else if (scope == 0 || scope > count)
+      if (options && ipfix) {  // template id, field count, scope field count
+        size_t scope = set.uint(2, "scope field count");
+        if (scope == 0 || scope > count)
           throw DecodeError("options template " + std::to_string(tid) + ": bad scope field count");
+      } else if (options) {  // v9: template id, scope length and option length in bytes (4 per field)
+        fields = (count + set.uint(2, "option length")) / 4;
       }
       if (fields == 0 || fields > kMaxFields)
         throw DecodeError("template " + std::to_string(tid) + ": " + std::to_string(fields) +

@@ -208,6 +208,27 @@ TEST(NetflowV9, UptimeRelativeTimesBecomeAbsolute) {
   EXPECT_EQ(out[0].last_ns, (unix_s * 1000 - 1000) * 1000000);
 }
 
+TEST(NetflowV9, SamplingFromAnOptionsTemplateScalesCounts) {
+  // Options template 257 (v9 flowset 1): scope system (1) of 4 bytes; SAMPLING_INTERVAL (34) of 4 bytes --
+  // what pmacct's nfprobe and routers send with sampling on.
+  auto d = make_decoder(Protocol::kIpfix);
+  Bytes m;
+  m.u(9, 2).u(4, 2).u(1000, 4).u(1700000000, 4).u(1, 4).u(0, 4);
+  m.u(1, 2).u(4 + 6 + 8 + 2, 2).u(257, 2).u(4, 2).u(4, 2).u(1, 2).u(4, 2).u(34, 2).u(4, 2).u(0, 2);
+  m.u(257, 2).u(4 + 8, 2).u(0, 4).u(64, 4);
+  m.u(0, 2).u(4 + 4 + 6 * 4, 2).u(258, 2).u(6, 2);
+  for (auto [id, len] : std::vector<std::pair<int, int>>{{8, 4}, {12, 4}, {7, 2}, {11, 2}, {4, 1}, {1, 4}})
+    m.u(id, 2).u(len, 2);
+  size_t at = m.b.size();
+  m.u(258, 2).u(0, 2).ip4("10.4.0.1").ip4("10.4.0.2").u(1, 2).u(2, 2).u(17, 1).u(1500, 4).u(0, 3);
+  m.set16(at + 2, m.b.size() - at);
+  std::vector<Flowlet> out;
+  std::string err;
+  ASSERT_TRUE(run(*d, m.b, out, nullptr, &err)) << err;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].bytes, 1500u * 64);
+}
+
 // sFlow v5: one expanded flow sample (1:N) with a raw Ethernet header record.
 std::vector<uint8_t> sflow_dg(const std::vector<uint8_t>& frame, uint32_t frame_len, uint32_t rate) {
   Bytes rec, smp, dg;
