@@ -29,10 +29,6 @@ uint64_t hash_of(const ConnKey& k) {
   return hash_words(uint64_t{k.a} | uint64_t{k.b} << 32, uint64_t{k.pa} | uint64_t{k.pb} << 16, k.proto);
 }
 
-uint64_t data_bytes(const StreamingAnalysis::Event& e) {
-  return analysis::data_bytes(e.payload_bytes, e.dir, e.v6, e.packets, e.bytes);
-}
-
 }  // namespace
 
 StreamingAnalysis::StreamingAnalysis(Limits l) : lim_(l) {}
@@ -81,30 +77,6 @@ void StreamingAnalysis::set_addr_nodes(const std::map<std::string, std::string>&
   addr_name_sid_.clear();  // re-resolved lazily; node indices of names already known stay the same
 }
 
-void StreamingAnalysis::add(const FlowEvent& e) {
-  add(event_of(e));
-}
-
-StreamingAnalysis::Event StreamingAnalysis::event_of(const FlowEvent& e) {
-  Event x;
-  x.observer = intern(e.observer);
-  x.src = intern(e.src);
-  x.dst = intern(e.dst);
-  x.src_port = e.src_port;
-  x.dst_port = e.dst_port;
-  x.qpn = e.qpn;
-  x.proto = e.proto;
-  x.dir = e.dir;
-  x.tcp_flags = e.tcp_flags;
-  x.v6 = e.src.find(':') != std::string::npos;
-  x.first_ns = e.first_ns;
-  x.last_ns = e.last_ns;
-  x.bytes = e.bytes;
-  x.payload_bytes = e.payload_bytes;
-  x.packets = e.packets;
-  return x;
-}
-
 namespace {
 // A record may straddle cache lines (flow and connection records are ~100 bytes): fetch all of them.
 template <class T>
@@ -140,6 +112,13 @@ void StreamingAnalysis::add(std::span<const Event> events) {
       }
     add(events[i], hashes[i]);
   }
+}
+
+uint64_t StreamingAnalysis::data_bytes_of(const Event& e) const {
+  // The address family counts only for an event without payload count nor direction (a CSV row's): its
+  // address text is looked at then only, as normalize() looks at it.
+  const bool v6 = e.payload_bytes == 0 && e.dir < 0 && is_v6(strs_[e.src]);
+  return data_bytes(e.payload_bytes, e.dir, v6, e.packets, e.bytes);
 }
 
 FlowKey StreamingAnalysis::flow_key(const Event& e) {
@@ -198,7 +177,7 @@ void StreamingAnalysis::add(const Event& e, uint64_t fh) {
   c.first_ns = std::min(c.first_ns, e.first_ns);
   c.last_ns = std::max(c.last_ns, e.last_ns);
   if (e.tcp_flags & (kFin | kRst)) c.closed = true;
-  uint64_t bytes = data_bytes(e);
+  uint64_t bytes = data_bytes_of(e);
   if (bytes == 0) return;
   // Once the sender's own view is chosen the choice is final: another observer's transfers are used only
   // when that observer is the receiver (its arrival times, normalize()'s `arrivals`).

@@ -9,7 +9,6 @@
 
 #include "batch_codec.hpp"
 #include "log.hpp"
-#include "netprism/addr.hpp"
 
 namespace netprism::daemon {
 
@@ -107,11 +106,8 @@ void LiveAnalysis::preload() {
   reader.scan_batches(
       std::nullopt, since, UINT64_MAX,
       [&](const Batch& b, uint64_t) {
-        for (const auto& f : b.flowlets)
-          if (f.last_ns >= since && !own_.matches(f)) {
-            engine_.add(store::to_event(b.node, f));
-            ++events;
-          }
+        events += feed_.add(b.node, b.flowlets,
+                            [&](const Flowlet& f) { return f.last_ns < since || own_.matches(f); });
       },
       [](const std::string& e) { log_line("preload: " + e); });
   auto snap = std::make_shared<Snapshot>();
@@ -198,21 +194,7 @@ void LiveAnalysis::pass(store::Store* writer) {
     pending_events_ = 0;
   }
   engine_.set_addr_nodes(addr_nodes_());
-  // New data only: each flowlet becomes a compact event of interned ids. Addresses repeat (a cluster has
-  // few), so their ids are cached by binary address; the cache is dropped when the engine renumbers its
-  // ids or when it grows large (an address scan), which bounds it.
-  if (addr_gen_ != engine_.generation() || addr_id_.size() > 65536) {
-    addr_id_.clear();
-    addr_gen_ = engine_.generation();
-  }
-  auto id_of = [&](const uint8_t a[16]) {
-    Addr16 key;
-    std::memcpy(key.data(), a, 16);
-    auto it = addr_id_.find(key);
-    if (it == addr_id_.end()) it = addr_id_.emplace(key, engine_.intern(format_addr(a))).first;
-    return it->second;
-  };
-  std::vector<analysis::StreamingAnalysis::Event> events;  // one stored batch's, added as a run
+  // New data only: each stored batch's flowlets become compact events of interned ids, added as a run.
   for (const auto& [stored, flowlets] : fresh) {
     std::string err;
     std::optional<Batch> batch = store::decompress_stored(stored, err);
@@ -222,28 +204,7 @@ void LiveAnalysis::pass(store::Store* writer) {
       dropped_ += flowlets;
       continue;
     }
-    uint32_t obs = engine_.intern(batch->node);
-    events.clear();
-    for (const auto& f : batch->flowlets) {
-      if (own_.matches(f)) continue;
-      analysis::StreamingAnalysis::Event& e = events.emplace_back();
-      e.observer = obs;
-      e.src = id_of(f.key.saddr);
-      e.dst = id_of(f.key.daddr);
-      e.src_port = f.key.sport;
-      e.dst_port = f.key.dport;
-      e.qpn = f.key.qpn;
-      e.proto = f.key.proto;
-      e.dir = static_cast<int8_t>(f.key.dir);
-      e.tcp_flags = f.tcp_flags;
-      e.v6 = f.key.family == 6;
-      e.first_ns = f.first_ns;
-      e.last_ns = f.last_ns;
-      e.bytes = f.bytes;
-      e.payload_bytes = f.payload_bytes;
-      e.packets = f.packets;
-    }
-    engine_.add(events);
+    feed_.add(batch->node, batch->flowlets, [&](const Flowlet& f) { return own_.matches(f); });
   }
   fresh.clear();
   analysis::Result r = engine_.pass(now);

@@ -7,7 +7,6 @@
 #pragma once
 
 #include <condition_variable>
-#include <cstring>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -19,8 +18,8 @@
 #include <vector>
 
 #include "analysis.hpp"
+#include "feed.hpp"
 #include "incremental.hpp"
-#include "netprism/addr.hpp"
 #include "flows.hpp"
 #include "settings.hpp"
 
@@ -77,17 +76,7 @@ class LiveAnalysis {
     uint64_t saved_ns = 0;
   };
   std::map<std::string, Persisted> persisted_;
-  struct AddrHash {
-    std::size_t operator()(const Addr16& a) const {
-      uint64_t x, y;  // the two halves, mixed; addresses differ mostly in the low half
-      std::memcpy(&x, a.data(), 8);
-      std::memcpy(&y, a.data() + 8, 8);
-      return std::hash<uint64_t>{}(x * 0x9e3779b97f4a7c15ull ^ y);
-    }
-  };
-  // address -> interned id (formatting an address costs more than the rest of an event's handling)
-  std::unordered_map<Addr16, uint32_t, AddrHash> addr_id_;
-  uint64_t addr_gen_ = 0;
+  analysis::FlowletFeed feed_{engine_};  // flowlets -> engine_ (after engine_: it refers to it)
 };
 
 }  // namespace netprism::daemon
