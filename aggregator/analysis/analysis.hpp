@@ -122,6 +122,13 @@ nlohmann::json job_detail(const Job& j);
 nlohmann::json timeline(const Job& j);
 nlohmann::json diagnosis(const Job& j);
 nlohmann::json full(const Job& j);
+// A Job back from its `full` document (as the daemon stores it in the jobs table); fields by name, so a
+// document of an older or newer Job (more or fewer fields) still reads.
+Job job_from_json(const nlohmann::json& doc);
+// `netprism report` (contracts.md): the fleet view, one row per job with the time it lost and why. now_ns:
+// the end of observation (live: the query time; a recording: its last event), which bounds how long a hung
+// job has been hung.
+nlohmann::json fleet_report(const std::vector<Job>& jobs, uint64_t now_ns);
 // Chrome/Perfetto trace-event JSON: one track per node, slices per iteration and phase, finding markers.
 nlohmann::json perfetto(const Job& j);
 

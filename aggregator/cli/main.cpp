@@ -13,11 +13,11 @@
 #include <string>
 #include <thread>
 
+#include "analysis.hpp"
 #include "client.hpp"
 #include "netprism/cli.hpp"
 #include "offline.hpp"
 #include "render.hpp"
-#include "report.hpp"
 
 using namespace netprism;
 using nlohmann::json;
@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
       std::string err;
       auto r = cli::analyze_recording(input, format, topology, err);
       if (!r) return cli::fail("netprism", err);
-      auto doc = cli::fleet_report(r->result.jobs, r->now_ns);
+      auto doc = analysis::fleet_report(r->result.jobs, r->now_ns);
       std::cout << (as_json ? doc.dump() + "\n" : cli::render_report(doc));
       return cli::kExitOk;
     }

@@ -33,9 +33,6 @@ struct Snapshot {
   const analysis::Job* find(const std::string& id) const;
 };
 
-// Rebuilds a Job from its `full` JSON document (as stored in the jobs table).
-analysis::Job job_from_json(const nlohmann::json& doc);
-
 class LiveAnalysis {
  public:
   using AddrNodes = std::function<std::map<std::string, std::string>()>;
