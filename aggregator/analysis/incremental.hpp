@@ -153,7 +153,27 @@ class StreamingAnalysis {
   void compact();
   void enforce_xfer_bound();
   void prune(const std::vector<uint64_t>& keep_from_conn, uint64_t now_ns);
+  // A pass, step by step (incremental_job.cpp).
+  Normalized connection_table(uint64_t now_ns);  // what normalize() would give, without transfers
+  std::vector<JobSlice> job_slices(const Normalized& n) const;  // group_jobs(), with first/last transfer
+  std::string job_id_of(const JobSlice& sl, const std::vector<std::string>& names) const;  // kept if known
+  // The job's last result while it is large and has little new data (kTailMaxXfers), else analyse_job().
+  Job current_job(const Normalized& n, JobSlice& sl, History& h, const std::string& id,
+                  std::vector<std::string> names, uint64_t now_ns);
   Job analyse_job(const Normalized& n, JobSlice& slice, History& h, const std::string& id);
+  void collect_tail(const Normalized& n, JobSlice& sl, const History& h);  // the tail's transfers, sorted
+  Structure& cached_structure(const Normalized& n, const JobSlice& sl, History& h, bool young);
+  // The tail's boundaries onto the settled ones; how many of the history's were kept.
+  size_t stitch_boundaries(History& h, const Timeline& t, bool young);
+  static void settle_iterations(History& h, const std::vector<Iteration>& local, size_t keep);
+  static void bound_phases(History& h);  // phases of the latest iterations only (kMaxPhases)
+  static void merge_findings(History& h, std::vector<Finding> fs, const std::vector<Iteration>& local,
+                             bool young);
+  // Where the next pass' tail starts: kTailIterations / kTailNs back, or for a job without a period yet its
+  // last kTailNs.
+  static void move_tail(History& h, const JobSlice& sl, const Timeline& t);
+  static void move_periodic_tail(History& h, const JobSlice& sl, const Timeline& t);
+  static void move_aperiodic_tail(History& h, const JobSlice& sl);
 
   Limits lim_;
   Stats stats_;
