@@ -150,6 +150,13 @@ void LiveAnalysis::pass(store::Store* writer) {
   const uint64_t now = now_unix_ns();
   const uint64_t window = static_cast<uint64_t>(s_.analysis_window_s) * 1000000000ull;
   const uint64_t since = now > window ? now - window : 0;
+  add_pending();
+  retain(engine_.pass(now), since);
+  if (writer) persist(*writer, now);
+  publish(now, t0);
+}
+
+void LiveAnalysis::add_pending() {
   std::vector<std::pair<std::string, std::size_t>> fresh;
   {
     std::lock_guard lk(mu_);
@@ -169,9 +176,9 @@ void LiveAnalysis::pass(store::Store* writer) {
     }
     feed_.add(batch->node, batch->flowlets, [&](const Flowlet& f) { return own_.matches(f); });
   }
-  fresh.clear();
-  analysis::Result r = engine_.pass(now);
+}
 
+void LiveAnalysis::retain(analysis::Result r, uint64_t since) {
   // Jobs of this pass replace earlier versions. An earlier job that is absent now is kept only when it left
   // the analysis (its last iteration ended before the window starts, or it had ended): that is history. One
   // still inside the window but gone was superseded (the analysis regrouped it), so it is dropped.
@@ -184,31 +191,34 @@ void LiveAnalysis::pass(store::Store* writer) {
     if (left_window) next[id] = std::move(j);
   }
   retained_ = std::move(next);
+}
 
-  if (writer) {
-    for (const auto& [id, j] : retained_) {
-      auto sig = signature(j);
-      auto& p = persisted_[id];
-      if (p.signature == sig) continue;
-      if (!p.signature.empty() && now < p.saved_ns + kPersistEveryNs && j.state == "running") continue;
-      writer->save_job(analysis::full(j), now);
-      p = {std::move(sig), now};
-    }
-    for (auto it = persisted_.begin(); it != persisted_.end();) {
-      if (retained_.count(it->first)) {
-        ++it;
-        continue;
-      }
-      writer->delete_job(it->first);
-      it = persisted_.erase(it);
-    }
+void LiveAnalysis::persist(store::Store& writer, uint64_t now) {
+  for (const auto& [id, j] : retained_) {
+    auto sig = signature(j);
+    auto& p = persisted_[id];
+    if (p.signature == sig) continue;
+    if (!p.signature.empty() && now < p.saved_ns + kPersistEveryNs && j.state == "running") continue;
+    writer.save_job(analysis::full(j), now);
+    p = {std::move(sig), now};
   }
+  for (auto it = persisted_.begin(); it != persisted_.end();) {
+    if (retained_.count(it->first)) {
+      ++it;
+      continue;
+    }
+    writer.delete_job(it->first);
+    it = persisted_.erase(it);
+  }
+}
 
+void LiveAnalysis::publish(uint64_t now, std::chrono::steady_clock::time_point started) {
   auto snap = std::make_shared<Snapshot>();
   for (const auto& [_, j] : retained_) snap->jobs.push_back(j);
   snap->computed_ns = now;
   snap->took_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started)
+          .count());
   snap->events = engine_.stats().xfers;
   const auto& st = engine_.stats();
   std::lock_guard lk(mu_);

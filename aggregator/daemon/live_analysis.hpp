@@ -6,6 +6,7 @@
 // window stays queryable.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -51,6 +52,13 @@ class LiveAnalysis {
 
  private:
   void pass(store::Store* writer);  // null: results are not persisted
+  // pass(), step by step: the fed batches into the engine (with the current address -> node names); its jobs
+  // replace earlier ones (those that left the window stay); changed jobs written to the store; the snapshot
+  // queries read.
+  void add_pending();
+  void retain(analysis::Result r, uint64_t since);
+  void persist(store::Store& writer, uint64_t now);
+  void publish(uint64_t now, std::chrono::steady_clock::time_point started);
   const Settings& s_;
   store::OwnTraffic own_;
   AddrNodes addr_nodes_;
