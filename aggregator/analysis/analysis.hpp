@@ -7,29 +7,43 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace netprism::analysis {
 
-// One flowlet (agent) or one transfer row (CSV import), as observed.
-struct FlowEvent {
-  std::string observer;  // node whose agent saw it; "" for CSV rows without a node column
-  std::string src;       // textual address (dotted quad / RFC 5952)
-  std::string dst;
+// What every form of an observed event carries besides its names (observer and addresses): FlowEvent holds
+// the names as text, StreamingAnalysis::Event as interned ids. One struct, so that a conversion between the
+// forms (analysis/feed.hpp) copies it whole instead of listing its fields again.
+struct EventFields {
   uint16_t src_port = 0;
   uint16_t dst_port = 0;
-  uint8_t proto = 0;  // enum np_proto
   uint32_t qpn = 0;
-  int8_t dir = -1;  // enum np_direction, or -1 when unknown (CSV)
+  uint8_t proto = 0;       // enum np_proto
+  int8_t dir = -1;         // enum np_direction, or -1 when unknown (CSV)
+  uint16_t tcp_flags = 0;  // OR of flags seen (FIN 0x01, SYN 0x02, RST 0x04)
   uint64_t first_ns = 0;
   uint64_t last_ns = 0;
   uint64_t bytes = 0;
   uint64_t payload_bytes = 0;
   uint64_t packets = 0;
-  uint16_t tcp_flags = 0;  // OR of flags seen (FIN 0x01, SYN 0x02, RST 0x04)
+  bool operator==(const EventFields&) const = default;
 };
+
+// One flowlet (agent) or one transfer row (CSV import), as observed.
+struct FlowEvent : EventFields {
+  std::string observer;  // node whose agent saw it; "" for CSV rows without a node column
+  std::string src;       // textual address (dotted quad / RFC 5952)
+  std::string dst;
+};
+
+// Whether a textual address (FlowEvent::src) is IPv6: RFC 5952 text has colons, a dotted quad none (an
+// IPv4-mapped address prints as a dotted quad). The one test of the address family, offline and live.
+inline bool is_v6(std::string_view addr) {
+  return addr.find(':') != std::string_view::npos;
+}
 
 struct Input {
   std::vector<FlowEvent> events;
@@ -108,6 +122,13 @@ nlohmann::json job_detail(const Job& j);
 nlohmann::json timeline(const Job& j);
 nlohmann::json diagnosis(const Job& j);
 nlohmann::json full(const Job& j);
+// A Job back from its `full` document (as the daemon stores it in the jobs table); fields by name, so a
+// document of an older or newer Job (more or fewer fields) still reads.
+Job job_from_json(const nlohmann::json& doc);
+// `netprism report` (contracts.md): the fleet view, one row per job with the time it lost and why. now_ns:
+// the end of observation (live: the query time; a recording: its last event), which bounds how long a hung
+// job has been hung.
+nlohmann::json fleet_report(const std::vector<Job>& jobs, uint64_t now_ns);
 // Chrome/Perfetto trace-event JSON: one track per node, slices per iteration and phase, finding markers.
 nlohmann::json perfetto(const Job& j);
 

@@ -1,4 +1,5 @@
-// Streaming analysis (see incremental.hpp for what is kept and why it matches analyze()).
+// Streaming analysis, what is kept: events added, connections forgotten, ids compacted, transfers pruned and
+// bounded (see incremental.hpp for what is kept and why it matches analyze(); the pass: incremental_job.cpp).
 #include "incremental.hpp"
 
 #include <algorithm>
@@ -9,13 +10,6 @@ namespace {
 
 constexpr uint16_t kFin = 0x01, kRst = 0x04;
 
-// A cached structure is re-inferred when the job's connections or nodes change, and otherwise every 10
-// minutes of the job's traffic: a job's layout does not change while its connections stay the same, and
-// the refresh only guards against a first inference made on an unlucky tail.
-constexpr uint64_t kRestructureNs = 600'000'000'000ull;
-// A tail boundary matches the settled one when within a quarter step: two different boundaries are a step
-// apart, and the same boundary computed from two overlapping ranges moves by at most a few transfers.
-constexpr double kStitchTolerance = 0.25;
 // When the transfer bound is reached, evict down to 90 % of it, so that a feed steadily above the bound
 // does not pay an eviction scan every pass.
 constexpr double kEvictTo = 0.9;
@@ -27,10 +21,6 @@ uint64_t hash_of(const FlowKey& k) {
 }
 uint64_t hash_of(const ConnKey& k) {
   return hash_words(uint64_t{k.a} | uint64_t{k.b} << 32, uint64_t{k.pa} | uint64_t{k.pb} << 16, k.proto);
-}
-
-uint64_t data_bytes(const StreamingAnalysis::Event& e) {
-  return analysis::data_bytes(e.payload_bytes, e.dir, e.v6, e.packets, e.bytes);
 }
 
 }  // namespace
@@ -81,30 +71,6 @@ void StreamingAnalysis::set_addr_nodes(const std::map<std::string, std::string>&
   addr_name_sid_.clear();  // re-resolved lazily; node indices of names already known stay the same
 }
 
-void StreamingAnalysis::add(const FlowEvent& e) {
-  add(event_of(e));
-}
-
-StreamingAnalysis::Event StreamingAnalysis::event_of(const FlowEvent& e) {
-  Event x;
-  x.observer = intern(e.observer);
-  x.src = intern(e.src);
-  x.dst = intern(e.dst);
-  x.src_port = e.src_port;
-  x.dst_port = e.dst_port;
-  x.qpn = e.qpn;
-  x.proto = e.proto;
-  x.dir = e.dir;
-  x.tcp_flags = e.tcp_flags;
-  x.v6 = e.src.find(':') != std::string::npos;
-  x.first_ns = e.first_ns;
-  x.last_ns = e.last_ns;
-  x.bytes = e.bytes;
-  x.payload_bytes = e.payload_bytes;
-  x.packets = e.packets;
-  return x;
-}
-
 namespace {
 // A record may straddle cache lines (flow and connection records are ~100 bytes): fetch all of them.
 template <class T>
@@ -140,6 +106,13 @@ void StreamingAnalysis::add(std::span<const Event> events) {
       }
     add(events[i], hashes[i]);
   }
+}
+
+uint64_t StreamingAnalysis::data_bytes_of(const Event& e) const {
+  // The address family counts only for an event without payload count nor direction (a CSV row's): its
+  // address text is looked at then only, as normalize() looks at it.
+  const bool v6 = e.payload_bytes == 0 && e.dir < 0 && is_v6(strs_[e.src]);
+  return data_bytes(e.payload_bytes, e.dir, v6, e.packets, e.bytes);
 }
 
 FlowKey StreamingAnalysis::flow_key(const Event& e) {
@@ -198,7 +171,7 @@ void StreamingAnalysis::add(const Event& e, uint64_t fh) {
   c.first_ns = std::min(c.first_ns, e.first_ns);
   c.last_ns = std::max(c.last_ns, e.last_ns);
   if (e.tcp_flags & (kFin | kRst)) c.closed = true;
-  uint64_t bytes = data_bytes(e);
+  uint64_t bytes = data_bytes_of(e);
   if (bytes == 0) return;
   // Once the sender's own view is chosen the choice is final: another observer's transfers are used only
   // when that observer is the receiver (its arrival times, normalize()'s `arrivals`).
@@ -328,296 +301,6 @@ void StreamingAnalysis::enforce_xfer_bound() {
     fl.xs = std::move(kept);
     fl.head = 0;
   }
-}
-
-Result StreamingAnalysis::pass(uint64_t now_ns) {
-  stats_.tail_xfers = 0;
-  expire(now_ns);
-  Normalized n;
-  n.now_ns = now_ns;
-  for (auto& c : conns_) {  // resolve every endpoint first: node indices must exist before n.nodes is taken
-    node_of_addr(c.key.a);
-    node_of_addr(c.key.b);
-  }
-  n.nodes = nodes_;
-  n.conns.reserve(conns_.size());
-  for (const auto& cs : conns_) {
-    Conn c;
-    c.a = node_of_addr(cs.key.a);
-    c.b = node_of_addr(cs.key.b);
-    c.first_ns = cs.first_ns;
-    c.last_ns = cs.last_ns;
-    c.closed = cs.closed;
-    c.label = cs.label;
-    for (uint32_t f : cs.flows) {
-      const FlowSt& fl = flows_[f];
-      for (const auto& o : fl.obs)
-        if (o.obs == fl.chosen) {
-          (fl.fwd ? c.bytes_ab : c.bytes_ba) += o.bytes;
-          c.xfers += o.xfers;
-        }
-    }
-    n.conns.push_back(std::move(c));
-  }
-
-  std::vector<JobSlice> slices = group_jobs(n);  // n.xfers is empty: connections and nodes only
-  for (auto& sl : slices) {
-    sl.first_ns = UINT64_MAX;
-    sl.last_ns = 0;
-    for (uint32_t c : sl.conns)
-      for (uint32_t f : conns_[c].flows)
-        for (const auto& o : flows_[f].obs)
-          if (o.obs == flows_[f].chosen && o.xfers) {
-            sl.first_ns = std::min(sl.first_ns, o.first_t0);
-            sl.last_ns = std::max(sl.last_ns, o.last_t1);
-          }
-    if (sl.first_ns == UINT64_MAX) sl.first_ns = 0;
-  }
-  std::stable_sort(slices.begin(), slices.end(),
-                   [](const JobSlice& a, const JobSlice& b) { return a.first_ns < b.first_ns; });
-
-  Result r;
-  for (auto& [id, h] : hist_) h.seen = false;
-  std::unordered_map<uint64_t, std::string> job_of_uid;
-  std::vector<uint64_t> keep_from(conns_.size(), now_ns > kTailNs ? now_ns - kTailNs : 0);
-  for (auto& sl : slices) {
-    std::vector<std::string> names;
-    for (uint32_t v : sl.nodes) names.push_back(n.nodes[v]);
-    std::string id = job_id(names, sl.first_ns);
-    // A job whose first connection was forgotten (silent for the whole window) would get a new id from
-    // its later first transfer: keep the id its connections had, when the nodes are the same.
-    if (!hist_.count(id)) {
-      for (uint32_t c : sl.conns)
-        if (auto it = job_of_uid_.find(conns_[c].uid); it != job_of_uid_.end()) {
-          auto h = hist_.find(it->second);
-          if (h != hist_.end() && !h->second.seen && h->second.first_ns <= sl.first_ns &&
-              h->second.nodes == names)
-            id = it->second;
-          break;
-        }
-    }
-    History& h = hist_[id];
-    if (h.first_ns == 0) h.first_ns = sl.first_ns;
-    h.nodes = names;
-    h.seen = true;
-    uint64_t fresh = 0;
-    for (uint32_t c : sl.conns) fresh += conns_[c].fresh;
-    bool reuse = h.has_last && h.last_tail > kTailMaxXfers && fresh * 2 < h.last_tail &&
-                 h.last_conns == sl.conns.size() && now_ns < h.analysed_ns + kStaleNs;
-    Job j;
-    if (reuse) {
-      j = h.last;
-    } else {
-      j = analyse_job(n, sl, h, id);
-      j.nodes = std::move(names);
-      for (uint32_t c : sl.conns) conns_[c].fresh = 0;
-      h.last_tail = sl.xfers.size();
-      h.last_conns = sl.conns.size();
-      h.analysed_ns = now_ns;
-      h.has_last = h.last_tail > kTailMaxXfers;  // a copy only where it saves work
-      if (h.has_last) h.last = j;
-      sl.xfers = {};
-    }
-    for (uint32_t c : sl.conns) {
-      job_of_uid[conns_[c].uid] = id;
-      keep_from[c] = h.tail_from;
-    }
-    r.jobs.push_back(std::move(j));
-  }
-  job_of_uid_ = std::move(job_of_uid);
-  std::erase_if(hist_, [](const auto& kv) { return !kv.second.seen; });
-  prune(keep_from, now_ns);
-  enforce_xfer_bound();
-  stats_.conns = conns_.size();
-  stats_.xfers = total_xfers_;
-  return r;
-}
-
-Job StreamingAnalysis::analyse_job(const Normalized& n, JobSlice& sl, History& h, const std::string& id) {
-  // The job's transfers from its tail on, as normalize() + group_jobs() would list them.
-  sl.xfers.clear();
-  sl.arrivals.clear();
-  for (uint32_t c : sl.conns)
-    for (uint32_t f : conns_[c].flows) {
-      const FlowSt& fl = flows_[f];
-      uint32_t src = fl.fwd ? n.conns[c].a : n.conns[c].b, dst = fl.fwd ? n.conns[c].b : n.conns[c].a;
-      // The receiver's own records of a direction whose sender's view is chosen: its arrival times.
-      uint32_t sender = node_sid(node_of_addr(fl.key.src));
-      uint32_t receiver = fl.chosen == sender ? name_sid_of_addr(fl.key.dst) : UINT32_MAX;
-      for (size_t i = fl.head; i < fl.xs.size(); ++i) {
-        const XRec& x = fl.xs[i];
-        if (x.t0 < h.tail_from) continue;
-        if (x.obs == fl.chosen)
-          sl.xfers.push_back({src, dst, c, x.t0, x.t1, x.bytes});
-        else if (x.obs == receiver)
-          sl.arrivals.push_back({src, dst, c, x.t0, x.t1, x.bytes});
-      }
-    }
-  auto by_time = [](const Xfer& x, const Xfer& y) {
-    return std::tie(x.t0, x.t1, x.conn) < std::tie(y.t0, y.t1, y.conn);
-  };
-  std::sort(sl.xfers.begin(), sl.xfers.end(), by_time);
-  std::sort(sl.arrivals.begin(), sl.arrivals.end(), by_time);
-  stats_.tail_xfers += sl.xfers.size();
-
-  // Structure: inferred on every pass while the job is young (as offline), then cached until its
-  // connections or nodes change.
-  std::vector<uint64_t> key;
-  for (uint32_t c : sl.conns) key.push_back(conns_[c].uid);
-  std::sort(key.begin(), key.end());
-  for (uint32_t v : sl.nodes) key.push_back(v);
-  bool young = h.tail_from == 0;
-  if (young || !h.has_structure || key != h.structure_key || sl.last_ns > h.structure_ns + kRestructureNs) {
-    h.structure = infer_structure(n, sl);
-    h.structure_key = std::move(key);
-    h.structure_ns = sl.last_ns;
-    h.has_structure = true;
-    ++stats_.structure_runs;
-  }
-  Structure& s = h.structure;
-  s.stage_of.resize(n.nodes.size(), -1);  // nodes seen since (outside this job) are in no stage
-  s.group_of.resize(n.nodes.size(), -1);
-
-  Job j;
-  j.id = id;
-  j.first_ns = sl.first_ns;
-  j.last_ns = sl.last_ns;
-  j.parallelism = parallelism_of(n, sl, s);
-  Timeline t = build_timeline(n, sl, s);
-  std::vector<Iteration> local = iterations_of(n, sl, s, t);
-  std::string state;
-
-  // Stitch: below the anchor the history is settled; from it on the tail's boundaries replace it.
-  size_t keep = 0;  // boundaries of the history kept
-  if (!young && h.anchor < h.boundaries.size() && !t.boundaries.empty()) {
-    std::vector<double> d;
-    for (size_t i = h.anchor > 16 ? h.anchor - 16 : 0; i + 1 <= h.anchor; ++i)
-      d.push_back(static_cast<double>(h.boundaries[i + 1] - h.boundaries[i]));
-    double step = median(d);
-    uint64_t a = h.boundaries[h.anchor];
-    auto nearest = std::min_element(t.boundaries.begin(), t.boundaries.end(), [&](uint64_t x, uint64_t y) {
-      return (x > a ? x - a : a - x) < (y > a ? y - a : a - y);
-    });
-    uint64_t dist = *nearest > a ? *nearest - a : a - *nearest;
-    keep = h.anchor + 1;
-    std::vector<uint64_t> b(h.boundaries.begin(), h.boundaries.begin() + static_cast<long>(keep));
-    if (static_cast<double>(dist) <= kStitchTolerance * step) {
-      b.insert(b.end(), nearest + 1, t.boundaries.end());
-    } else {
-      ++stats_.restitched;  // counted: the history and the tail disagree at the anchor
-      for (uint64_t x : t.boundaries)
-        if (static_cast<double>(x) > static_cast<double>(a) + 0.5 * step) b.push_back(x);
-    }
-    h.boundaries = std::move(b);
-  } else {
-    h.boundaries = t.boundaries;
-  }
-  // Iterations from `keep - 1` on come from the tail (with their phases) when the tail has the same one,
-  // else carry start/end only (a restitched gap).
-  if (keep > 0)
-    h.iterations.resize(std::min(h.iterations.size(), keep - 1));
-  else
-    h.iterations.clear();
-  for (size_t k = h.iterations.size(); k + 1 < h.boundaries.size(); ++k) {
-    auto it = std::lower_bound(local.begin(), local.end(), h.boundaries[k],
-                               [](const Iteration& x, uint64_t v) { return x.start_ns < v; });
-    Iteration x;
-    if (it != local.end() && it->start_ns == h.boundaries[k] && it->end_ns == h.boundaries[k + 1]) x = *it;
-    x.index = static_cast<int>(k);
-    x.start_ns = h.boundaries[k];
-    x.end_ns = h.boundaries[k + 1];
-    x.duration_ns = x.end_ns - x.start_ns;
-    h.iterations.push_back(std::move(x));
-  }
-  {
-    size_t kept = 0;
-    bool full = false;
-    for (size_t k = h.iterations.size(); k-- > 0;) {
-      auto& ph = h.iterations[k].phases;
-      full = full || kept + ph.size() > kMaxPhases;
-      if (!full) {
-        kept += ph.size();
-      } else if (!ph.empty()) {
-        ph.clear();
-        ph.shrink_to_fit();
-      }
-    }
-  }
-  j.iterations = h.iterations;
-  {
-    std::vector<double> d;
-    for (const auto& x : j.iterations) d.push_back(static_cast<double>(x.duration_ns));
-    j.step_time_ms = (young ? t.step_ns : median(d)) / 1e6;
-  }
-  j.state = job_state(n, sl, t.step_ns, j.iterations.size());
-
-  // Findings of the tail (iteration numbers are the tail's own: mapped to the job's by start time), after
-  // the settled ones of the history.
-  std::vector<Finding> fs = diagnose(n, sl, s, t, local, j.state, n.now_ns, id);
-  if (young) {
-    h.findings = fs;
-  } else {
-    std::vector<Finding> merged;
-    for (const auto& f : h.findings)
-      if (f.start_ns < h.tail_from) merged.push_back(f);
-    for (auto f : fs) {
-      if (f.first_iteration >= 0 && static_cast<size_t>(f.first_iteration) < local.size()) {
-        uint64_t st = local[static_cast<size_t>(f.first_iteration)].start_ns;
-        auto b = std::lower_bound(h.boundaries.begin(), h.boundaries.end(), st);
-        f.first_iteration = static_cast<int>(b - h.boundaries.begin());
-      } else if (!local.empty() || f.first_iteration > 0) {
-        f.first_iteration = static_cast<int>(j.iterations.size());  // past the last one (e.g. a hang)
-      }
-      bool dup = std::any_of(merged.begin(), merged.end(),
-                             [&](const Finding& g) { return g.kind == f.kind && g.subject == f.subject; });
-      if (!dup) merged.push_back(std::move(f));
-    }
-    h.findings = std::move(merged);
-  }
-  j.findings = h.findings;
-
-  // Move the tail on: it starts one iteration before the anchor (so the anchor's whole synchronisation is
-  // in it) and keeps at least kTailIterations iterations and kTailNs of traffic after that.
-  // The kTailNs extension stops where the tail would hold more than kTailMaxXfers transfers: a large job
-  // (hundreds of nodes) gets its kTailIterations iterations only.
-  size_t nb = h.boundaries.size();
-  if (nb >= 2) {
-    auto xfers_since = [&](uint64_t b) {
-      return static_cast<size_t>(sl.xfers.end() -
-                                 std::lower_bound(sl.xfers.begin(), sl.xfers.end(), b,
-                                                  [](const Xfer& x, uint64_t v) { return x.t0 < v; }));
-    };
-    long k = static_cast<long>(nb) - 1 - static_cast<long>(kTailIterations);
-    while (k >= 1 && sl.last_ns - h.boundaries[static_cast<size_t>(k - 1)] < kTailNs) {
-      if (k >= 2 && xfers_since(h.boundaries[static_cast<size_t>(k - 2)]) > kTailMaxXfers) break;
-      --k;
-    }
-    if (k >= 2) {
-      // The tail starts where the data of the iteration that begins at boundary k - 1 began (the boundary
-      // itself, or the drain before it for a pipeline without DP: see Timeline::data_from).
-      uint64_t b = h.boundaries[static_cast<size_t>(k - 1)], from = b;
-      auto it = std::lower_bound(t.boundaries.begin(), t.boundaries.end(), b);
-      if (it != t.boundaries.end() && *it == b)
-        from = t.data_from[static_cast<size_t>(it - t.boundaries.begin())];
-      if (from > h.tail_from) {
-        h.anchor = static_cast<size_t>(k);
-        h.tail_from = from;
-      }
-    }
-  } else {
-    // No period found (yet): once the job is older than kTailNs, keep looking at its most recent kTailNs
-    // only, and at most at its last kAperiodicMaxXfers transfers.
-    uint64_t from = sl.last_ns > sl.first_ns + kTailNs ? sl.last_ns - kTailNs : 0;
-    if (sl.xfers.size() > kAperiodicMaxXfers)
-      from = std::max(from, sl.xfers[sl.xfers.size() - kAperiodicMaxXfers].t0);
-    if (from > h.tail_from) {
-      h.tail_from = from;
-      h.anchor = 0;
-      h.boundaries.clear();
-      h.iterations.clear();
-    }
-  }
-  return j;
 }
 
 }  // namespace netprism::analysis

@@ -37,16 +37,10 @@ class StreamingAnalysis {
     size_t max_xfers = 2'000'000;             // transfers kept for the tails (32 B each)
     size_t max_conns = 200'000;               // connections tracked (a few hundred bytes each)
   };
-  // One observed event with interned strings (intern()); the daemon builds these without formatting text.
-  struct Event {
+  // One observed event with interned strings (intern()); analysis/feed.hpp builds these from flowlets
+  // without formatting text, and from FlowEvents.
+  struct Event : EventFields {
     uint32_t observer = 0, src = 0, dst = 0;
-    uint16_t src_port = 0, dst_port = 0;
-    uint32_t qpn = 0;
-    uint8_t proto = 0;
-    int8_t dir = -1;
-    uint16_t tcp_flags = 0;
-    bool v6 = false;  // only used for CSV-style events (dir < 0) without payload counts
-    uint64_t first_ns = 0, last_ns = 0, bytes = 0, payload_bytes = 0, packets = 0;
   };
   struct Stats {
     uint64_t events = 0;          // events added in total
@@ -70,8 +64,6 @@ class StreamingAnalysis {
   // connection records that later events of the run need are fetched from memory while earlier ones are
   // added (at a million events/s, each add() waited on ~3 cache misses in a row).
   void add(std::span<const Event> events);
-  void add(const FlowEvent& e);        // convenience (tests, reload from the store)
-  Event event_of(const FlowEvent& e);  // its strings interned
   void set_addr_nodes(const std::map<std::string, std::string>& m);
   // Analyses what changed; jobs currently seen (history included), sorted by first transfer.
   Result pass(uint64_t now_ns);
@@ -103,6 +95,7 @@ class StreamingAnalysis {
  private:
   static FlowKey flow_key(const Event& e);
   void add(const Event& e, uint64_t flow_hash);  // add(e) with hash_of(flow_key(e)) already computed
+  uint64_t data_bytes_of(const Event& e) const;
   struct ObsStat {
     uint32_t obs;
     uint64_t bytes = 0, xfers = 0, first_t0 = UINT64_MAX, last_t1 = 0;
@@ -160,7 +153,27 @@ class StreamingAnalysis {
   void compact();
   void enforce_xfer_bound();
   void prune(const std::vector<uint64_t>& keep_from_conn, uint64_t now_ns);
+  // A pass, step by step (incremental_job.cpp).
+  Normalized connection_table(uint64_t now_ns);  // what normalize() would give, without transfers
+  std::vector<JobSlice> job_slices(const Normalized& n) const;  // group_jobs(), with first/last transfer
+  std::string job_id_of(const JobSlice& sl, const std::vector<std::string>& names) const;  // kept if known
+  // The job's last result while it is large and has little new data (kTailMaxXfers), else analyse_job().
+  Job current_job(const Normalized& n, JobSlice& sl, History& h, const std::string& id,
+                  std::vector<std::string> names, uint64_t now_ns);
   Job analyse_job(const Normalized& n, JobSlice& slice, History& h, const std::string& id);
+  void collect_tail(const Normalized& n, JobSlice& sl, const History& h);  // the tail's transfers, sorted
+  Structure& cached_structure(const Normalized& n, const JobSlice& sl, History& h, bool young);
+  // The tail's boundaries onto the settled ones; how many of the history's were kept.
+  size_t stitch_boundaries(History& h, const Timeline& t, bool young);
+  static void settle_iterations(History& h, const std::vector<Iteration>& local, size_t keep);
+  static void bound_phases(History& h);  // phases of the latest iterations only (kMaxPhases)
+  static void merge_findings(History& h, std::vector<Finding> fs, const std::vector<Iteration>& local,
+                             bool young);
+  // Where the next pass' tail starts: kTailIterations / kTailNs back, or for a job without a period yet its
+  // last kTailNs.
+  static void move_tail(History& h, const JobSlice& sl, const Timeline& t);
+  static void move_periodic_tail(History& h, const JobSlice& sl, const Timeline& t);
+  static void move_aperiodic_tail(History& h, const JobSlice& sl);
 
   Limits lim_;
   Stats stats_;

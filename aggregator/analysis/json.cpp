@@ -54,4 +54,41 @@ nlohmann::json full(const Job& j) {
   return out;
 }
 
+Job job_from_json(const nlohmann::json& d) {
+  Job j;
+  j.id = d.value("id", "");
+  j.nodes = d.value("nodes", std::vector<std::string>{});
+  j.state = d.value("state", "ended");
+  j.step_time_ms = d.value("step_time_ms", 0.0);
+  if (auto p = d.find("parallelism"); p != d.end() && p->is_object()) {
+    j.parallelism.dp = p->value("dp", 1);
+    j.parallelism.pp = p->value("pp", 1);
+    j.parallelism.dp_groups = p->value("dp_groups", std::vector<std::vector<std::string>>{});
+    j.parallelism.stages = p->value("stages", std::vector<std::vector<std::string>>{});
+  }
+  if (auto its = d.find("iterations"); its != d.end() && its->is_array())
+    for (const auto& i : *its) {
+      Iteration it;  // fields by name: the struct grows (phases, ...) without breaking this
+      it.index = i.value("index", 0);
+      it.start_ns = i.value("start_ns", uint64_t{0});
+      it.end_ns = i.value("end_ns", uint64_t{0});
+      it.duration_ns = i.value("duration_ns", uint64_t{0});
+      j.iterations.push_back(std::move(it));
+    }
+  if (auto fs = d.find("findings"); fs != d.end() && fs->is_array())
+    for (const auto& f : *fs) {
+      Finding x;
+      x.kind = f.value("kind", "");
+      x.subject = f.value("subject", "");
+      x.first_iteration = f.value("first_iteration", 0);
+      x.start_ns = f.value("start_ns", uint64_t{0});
+      x.severity = f.value("severity", 0.0);
+      x.evidence = f.value("evidence", "");
+      if (auto w = f.find("whatif_step_time_ms"); w != f.end() && w->is_number())
+        x.whatif_step_time_ms = w->get<double>();
+      j.findings.push_back(std::move(x));
+    }
+  return j;
+}
+
 }  // namespace netprism::analysis

@@ -13,11 +13,11 @@
 #include <string>
 #include <thread>
 
+#include "analysis.hpp"
 #include "client.hpp"
 #include "netprism/cli.hpp"
 #include "offline.hpp"
 #include "render.hpp"
-#include "report.hpp"
 
 using namespace netprism;
 using nlohmann::json;
@@ -68,17 +68,40 @@ int show(bool watch, double interval_s, bool as_json,
   return cli::kExitOk;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The command line: its options' values and subcommands (define()), and what it asks for (run()).
+struct Invocation {
   CLI::App app{"netprism: query the netprism aggregator about training jobs", "netprism"};
-  cli::standard_flags(app);
-  const char* env = std::getenv("NETPRISM_AGGREGATOR");
-  std::string endpoint = env && *env ? env : "tcp://127.0.0.1:7471";
+  std::string endpoint;
   bool as_json = false;
   // 5 s: an unreachable aggregator is reported well within the contract's 10 s, while a busy one answering
   // a large `flows` query still has time to reply.
   double timeout_s = 5;
+  CLI::App* status = nullptr;
+  CLI::App* flows = nullptr;
+  std::string node;
+  uint64_t since = 0, until = UINT64_MAX, limit = 0;
+  double interval = 1;
+  bool watch = false;
+  CLI::App* jobs = nullptr;
+  std::string id;
+  CLI::App* job = nullptr;
+  CLI::App* timeline = nullptr;
+  CLI::App* diagnose = nullptr;
+  std::string perfetto_file;
+  CLI::App* exp = nullptr;
+  std::string input, format, topology;
+  CLI::App* analyze = nullptr;
+  CLI::App* rep = nullptr;
+  std::string output;
+  CLI::App* rec = nullptr;
+  void define();  // the options and subcommands
+  int run();      // the parsed command, carried out: its exit code
+};
+
+void Invocation::define() {
+  cli::standard_flags(app);
+  const char* env = std::getenv("NETPRISM_AGGREGATOR");
+  endpoint = env && *env ? env : "tcp://127.0.0.1:7471";
   app.add_option("--aggregator", endpoint,
                  "aggregator query endpoint (default $NETPRISM_AGGREGATOR or tcp://127.0.0.1:7471)");
   app.add_flag("--json", as_json, "print one JSON document");
@@ -87,39 +110,32 @@ int main(int argc, char** argv) {
   app.fallthrough();  // global options are accepted after the command too
   app.require_subcommand(1, 1);
 
-  auto* status = app.add_subcommand("status", "agents, their counters and clocks, record counts");
+  status = app.add_subcommand("status", "agents, their counters and clocks, record counts");
 
-  auto* flows = app.add_subcommand("flows", "per-flow totals seen by each node");
-  std::string node;
-  uint64_t since = 0, until = UINT64_MAX, limit = 0;
+  flows = app.add_subcommand("flows", "per-flow totals seen by each node");
   flows->add_option("--node", node, "only flows seen by this node");
   flows->add_option("--since", since, "start of the range (Unix ns)");
   flows->add_option("--until", until, "end of the range (Unix ns)");
   flows->add_option("--limit", limit, "at most this many flows, largest first (0: all)");
 
-  double interval = 1;
-  bool watch = false;
-  auto* jobs = app.add_subcommand("jobs", "training jobs recognised from the traffic");
+  jobs = app.add_subcommand("jobs", "training jobs recognised from the traffic");
   jobs->add_flag("--watch", watch, "refresh continuously, like top");
   jobs->add_option("--interval", interval, "seconds between refreshes")->check(CLI::Range(0.1, 3600.0));
 
-  std::string id;
-  auto* job = app.add_subcommand("job", "a job's nodes and parallelism");
+  job = app.add_subcommand("job", "a job's nodes and parallelism");
   job->add_option("ID", id, "job id")->required();
-  auto* timeline = app.add_subcommand("timeline", "a job's iterations");
+  timeline = app.add_subcommand("timeline", "a job's iterations");
   timeline->add_option("ID", id, "job id")->required();
   timeline->add_flag("--watch", watch, "refresh continuously, like top");
   timeline->add_option("--interval", interval, "seconds between refreshes")->check(CLI::Range(0.1, 3600.0));
-  auto* diagnose = app.add_subcommand("diagnose", "what slows a job down");
+  diagnose = app.add_subcommand("diagnose", "what slows a job down");
   diagnose->add_option("ID", id, "job id")->required();
 
-  std::string perfetto_file;
-  auto* exp = app.add_subcommand("export", "export a job's timeline");
+  exp = app.add_subcommand("export", "export a job's timeline");
   exp->add_option("ID", id, "job id")->required();
   exp->add_option("--perfetto", perfetto_file, "write Chrome/Perfetto trace-event JSON here")->required();
 
-  std::string input, format, topology;
-  auto* analyze = app.add_subcommand("analyze", "analyse a recording without an aggregator");
+  analyze = app.add_subcommand("analyze", "analyse a recording without an aggregator");
   analyze->add_option("--input", input, "aggregator data dir, `netprism record` file, or flow CSV")
       ->required();
   analyze
@@ -129,7 +145,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"native", "csv", "ipfix", "sflow"}));
   analyze->add_option("--topology", topology, "file of 'IP NODE' lines");
 
-  auto* rep = app.add_subcommand(
+  rep = app.add_subcommand(
       "report", "fleet view: per job its nodes, hours observed, iterations, step time, time lost, faults");
   rep->add_option("--input", input, "report on a recording instead (as `analyze --input`)");
   rep->add_option("--format", format, "with --input: native, csv, ipfix or sflow (default: by content)")
@@ -138,14 +154,13 @@ int main(int argc, char** argv) {
   rep->add_flag("--watch", watch, "refresh continuously, like top");
   rep->add_option("--interval", interval, "seconds between refreshes")->check(CLI::Range(0.1, 3600.0));
 
-  std::string output;
-  auto* rec =
-      app.add_subcommand("record", "copy the aggregator's stored records into a native recording file");
+  rec = app.add_subcommand("record", "copy the aggregator's stored records into a native recording file");
   rec->add_option("--output,-o", output, "recording file to write")->required();
   rec->add_option("--since", since, "start of the range (Unix ns)");
   rec->add_option("--until", until, "end of the range (Unix ns)");
+}
 
-  if (auto rc = cli::parse(app, argc, argv)) return *rc;
+int Invocation::run() {
   if (since > until) {
     std::cerr << "netprism: --since is after --until (see --help)\n";
     return cli::kExitUsage;
@@ -178,7 +193,7 @@ int main(int argc, char** argv) {
       std::string err;
       auto r = cli::analyze_recording(input, format, topology, err);
       if (!r) return cli::fail("netprism", err);
-      auto doc = cli::fleet_report(r->result.jobs, r->now_ns);
+      auto doc = analysis::fleet_report(r->result.jobs, r->now_ns);
       std::cout << (as_json ? doc.dump() + "\n" : cli::render_report(doc));
       return cli::kExitOk;
     }
@@ -222,4 +237,13 @@ int main(int argc, char** argv) {
     return cli::kExitOk;
   }
   return cli::fail("netprism", "no command given (see --help)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Invocation cmd;
+  cmd.define();
+  if (auto rc = cli::parse(cmd.app, argc, argv)) return *rc;
+  return cmd.run();
 }

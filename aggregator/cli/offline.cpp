@@ -2,13 +2,16 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include "analysis.hpp"
 #include "capture_import.hpp"
+#include "feed.hpp"
 #include "flows.hpp"
 #include "netprism/addr.hpp"
 #include "store.hpp"
@@ -77,6 +80,24 @@ bool apply_topology(const std::string& path, analysis::Input& in, std::string& e
 }
 }  // namespace
 
+analysis::Input load_native(store::Store& s, std::vector<std::string>& warnings) {
+  analysis::Input in;
+  in.offline = true;  // a recording, not a live feed (the analysis judges hung/ended differently then)
+  in.addr_node = store::addr_nodes(s.nodes());
+  const store::OwnTraffic own = store::own_traffic(s);
+  s.scan_batches(
+      std::nullopt, 0, std::numeric_limits<uint64_t>::max(),
+      [&](const Batch& b, uint64_t) {
+        for (const auto& f : b.flowlets) {
+          if (own.matches(f)) continue;
+          in.events.push_back(analysis::flow_event(b.node, f));
+          in.now_ns = std::max<uint64_t>(in.now_ns, f.last_ns);
+        }
+      },
+      [&](const std::string& e) { warnings.push_back(e); });
+  return in;
+}
+
 std::optional<Analysed> analyze_recording(const std::string& input, std::string format,
                                           const std::string& topology, std::string& err) {
   namespace fs = std::filesystem;
@@ -108,7 +129,7 @@ std::optional<Analysed> analyze_recording(const std::string& input, std::string 
     try {
       store::Store s(input, store::Db::Mode::kReadOnly);
       std::vector<std::string> warnings;
-      in = store::load_native(s, warnings);
+      in = load_native(s, warnings);
       for (const auto& w : warnings) std::cerr << "netprism: warning: " << w << "\n";
     } catch (const std::exception& e) {
       err = input + ": " + e.what();

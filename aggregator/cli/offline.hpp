@@ -4,13 +4,19 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "analysis.hpp"
 #include "client.hpp"
+#include "store.hpp"
 
 namespace netprism::cli {
+
+// Every stored flowlet but netprism's own traffic as analysis input, addresses mapped to nodes by the
+// agents' HELLOs: the offline analysis of a data dir or a recording. Unreadable batches are warnings.
+analysis::Input load_native(store::Store& s, std::vector<std::string>& warnings);
 
 // Native input: a data dir (the aggregator's --data-dir) or a database file (a recording).
 // format: "native", "csv" or "" (guess: a directory or SQLite file is native, anything else csv).

@@ -250,9 +250,9 @@ void Ingest::prepare(Frame& f) {
   }
 }
 
-std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
-  static RateLimitedLog reject_log(kRejectLogPerSecond);
-  const uint64_t now = now_unix_ns();
+// One group on its way through the committer: the replies to send and what the commit makes true.
+struct Ingest::Group {
+  uint64_t now = 0;
   struct Pending {
     Frame* frame;
     Ack ack;
@@ -281,141 +281,152 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
   };
   std::map<std::string, Touch> touches;
   uint64_t dups = 0, unknown = 0, group_bytes = 0;
+  uint64_t stored = 0, records = 0;  // batches and records stored, once committed
+};
 
-  auto reject = [&](Frame& f, const std::string& reason, uint64_t epoch = 0, uint64_t seq = 0) {
-    reg_.count_reject(reason);
-    reject_log.log("rejected a message (" + std::to_string(f.payload_bytes) + " bytes): " + reason);
-    replies.push_back({&f, Ack{epoch, seq, AckStatus::kRejected, reason, now}, false});
-  };
-  auto known = [&](const std::string& node, uint64_t epoch) {
-    return hello_here.count({node, epoch}) || reg_.known(node, epoch);
-  };
-
-  bool committed = false;
-  try {
-    store::Transaction tx(store_.db());
-    for (auto& f : group) {
-      if (f.parts != 1) {
-        reject(f, "expected one payload frame, got " + std::to_string(f.parts));
-        continue;
-      }
-      auto& d = f.decoded;
-      if (!d) {
-        reject(f, d.error);
-        continue;
-      }
-      switch (d.message->type) {
-        case MsgType::kHello: {
-          auto& h = std::get<Hello>(d.message->body);
-          store_.register_node(h, now);
-          hello_here.emplace(h.node, h.epoch);
-          replies.push_back({&f, Ack{h.epoch, 0, AckStatus::kHelloOk, "", now_unix_ns()}, true});
-          applied.push_back({});
-          applied.back().hello = std::move(h);
-          break;
-        }
-        case MsgType::kBatch: {
-          auto& b = std::get<Batch>(d.message->body);
-          if (!known(b.node, b.epoch)) {
-            unknown++;
-            replies.push_back({&f,
-                               Ack{b.epoch, b.seq, AckStatus::kUnknownNode,
-                                   "unknown node '" + b.node + "' epoch " + std::to_string(b.epoch) +
-                                       ": send HELLO, then resend",
-                                   now},
-                               false});
-            break;
-          }
-          if (f.compress_failed) throw store::SqliteError("zstd compression failed");
-          bool fresh = store_.insert_compressed(b, f.span, f.compressed, f.payload_bytes, now);
-          uint64_t records = fresh ? f.span.records : 0;
-          auto& t = touches[b.node];
-          t.records += records;
-          t.counters = &b.counters;
-          if (!fresh) dups++;
-          if (fresh) group_bytes += f.compressed.size();
-          replies.push_back(
-              {&f, Ack{b.epoch, b.seq, fresh ? AckStatus::kOk : AckStatus::kDuplicate, "", now_unix_ns()},
-               true});
-          Applied a;
-          a.seen_node = b.node;
-          a.sent_ns = b.sent_ns;
-          a.counters = &b.counters;
-          a.records = records;
-          a.fresh = fresh;
-          if (fresh) {
-            a.stored = std::move(f.compressed);  // the statement that bound it has been reset
-            a.analysis_records = f.span.records;
-          }
-          applied.push_back(std::move(a));
-          break;
-        }
-        case MsgType::kHeartbeat: {
-          auto& h = std::get<Heartbeat>(d.message->body);
-          if (!known(h.node, h.epoch)) {
-            // Heartbeats carry no seq; seq 0 with kUnknownNode only makes the agent introduce itself again.
-            unknown++;
-            replies.push_back(
-                {&f,
-                 Ack{h.epoch, 0, AckStatus::kUnknownNode, "unknown node '" + h.node + "': send HELLO", now},
-                 false});
-            break;
-          }
-          touches[h.node].counters = &h.counters;
-          applied.emplace_back();
-          applied.back().seen_node = h.node;
-          applied.back().sent_ns = h.sent_ns;
-          applied.back().counters = &h.counters;
-          applied.back().heartbeat = true;
-          break;
-        }
-        case MsgType::kAck:
-          reject(f, "unexpected message type ack from an agent");
-          break;
-      }
-    }
-    for (const auto& [node, t] : touches) store_.touch_node(node, now, t.records, t.counters, std::nullopt);
-    store_.commit(tx);
-    committed = true;
-  } catch (const std::exception& e) {
-    // Nothing of this group is stored: no ACK goes out, so the agents resend (their batches wait for ACKs).
-    if (auto line = reg_.on_commit(false, e.what(), group.size(), now); !line.empty()) log_line(line);
-  }
-  if (committed)
-    if (auto line = reg_.on_commit(true, "", 0, now); !line.empty()) log_line(line);
-
-  uint64_t stored = 0, records = 0;
-  if (committed) {
-    for (auto& a : applied) {
-      if (a.hello) {
-        reg_.on_hello(*a.hello, now);
-        log_line("agent '" + a.hello->node + "' registered (epoch " + std::to_string(a.hello->epoch) +
-                 ", version " + a.hello->agent_version + ")");
-      } else {
-        reg_.on_seen(a.seen_node, a.sent_ns, now, a.counters, a.records);
-        if (a.heartbeat) continue;
-        if (a.fresh) stored++;
-        records += a.records;
-        if (a.analysis_records > 0) live_.feed(std::move(a.stored), a.analysis_records);
-      }
-    }
-  }
-  reg_.with_counters([&](IngestCounters& c) {
-    c.messages += group.size();
-    c.batches_stored += stored;
-    c.records_stored += records;
-    c.store_batches += stored;
-    c.store_bytes += committed ? group_bytes : 0;
-    c.duplicates += committed ? dups : 0;
-    c.unknown_node += unknown;
-    for (auto& a : applied)
-      if (a.heartbeat && committed) c.heartbeats++;
-  });
+std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& frames) {
+  Group g;
+  g.now = now_unix_ns();
+  const bool committed = store_group(frames, g);
+  if (committed) apply_committed(g);
+  count_group(frames.size(), g, committed);
   std::vector<Reply> out;
-  out.reserve(replies.size());
-  for (auto& r : replies)
+  out.reserve(g.replies.size());
+  for (auto& r : g.replies)
     if (!r.needs_commit || committed) out.push_back({std::move(r.frame->identity), std::move(r.ack)});
   return out;
+}
+
+bool Ingest::store_group(std::vector<Frame>& frames, Group& g) {
+  try {
+    store::Transaction tx(store_.db());
+    for (auto& f : frames) store_message(f, g);
+    for (const auto& [node, t] : g.touches)
+      store_.touch_node(node, g.now, t.records, t.counters, std::nullopt);
+    store_.commit(tx);
+  } catch (const std::exception& e) {
+    // Nothing of this group is stored: no ACK goes out, so the agents resend (their batches wait for ACKs).
+    if (auto line = reg_.on_commit(false, e.what(), frames.size(), g.now); !line.empty()) log_line(line);
+    return false;
+  }
+  if (auto line = reg_.on_commit(true, "", 0, g.now); !line.empty()) log_line(line);
+  return true;
+}
+
+void Ingest::reject(Group& g, Frame& f, const std::string& reason, uint64_t epoch, uint64_t seq) {
+  static RateLimitedLog reject_log(kRejectLogPerSecond);
+  reg_.count_reject(reason);
+  reject_log.log("rejected a message (" + std::to_string(f.payload_bytes) + " bytes): " + reason);
+  g.replies.push_back({&f, Ack{epoch, seq, AckStatus::kRejected, reason, g.now}, false});
+}
+
+bool Ingest::known(const Group& g, const std::string& node, uint64_t epoch) const {
+  return g.hello_here.count({node, epoch}) || reg_.known(node, epoch);
+}
+
+void Ingest::store_message(Frame& f, Group& g) {
+  if (f.parts != 1) return reject(g, f, "expected one payload frame, got " + std::to_string(f.parts));
+  auto& d = f.decoded;
+  if (!d) return reject(g, f, d.error);
+  switch (d.message->type) {
+    case MsgType::kHello:
+      return store_hello(f, std::get<Hello>(d.message->body), g);
+    case MsgType::kBatch:
+      return store_batch(f, std::get<Batch>(d.message->body), g);
+    case MsgType::kHeartbeat:
+      return note_heartbeat(f, std::get<Heartbeat>(d.message->body), g);
+    case MsgType::kAck:
+      return reject(g, f, "unexpected message type ack from an agent");
+  }
+}
+
+void Ingest::store_hello(Frame& f, Hello& h, Group& g) {
+  store_.register_node(h, g.now);
+  g.hello_here.emplace(h.node, h.epoch);
+  g.replies.push_back({&f, Ack{h.epoch, 0, AckStatus::kHelloOk, "", now_unix_ns()}, true});
+  g.applied.push_back({});
+  g.applied.back().hello = std::move(h);
+}
+
+void Ingest::store_batch(Frame& f, Batch& b, Group& g) {
+  if (!known(g, b.node, b.epoch)) {
+    g.unknown++;
+    g.replies.push_back(
+        {&f,
+         Ack{b.epoch, b.seq, AckStatus::kUnknownNode,
+             "unknown node '" + b.node + "' epoch " + std::to_string(b.epoch) + ": send HELLO, then resend",
+             g.now},
+         false});
+    return;
+  }
+  if (f.compress_failed) throw store::SqliteError("zstd compression failed");
+  bool fresh = store_.insert_compressed(b, f.span, f.compressed, f.payload_bytes, g.now);
+  uint64_t records = fresh ? f.span.records : 0;
+  auto& t = g.touches[b.node];
+  t.records += records;
+  t.counters = &b.counters;
+  if (!fresh) g.dups++;
+  if (fresh) g.group_bytes += f.compressed.size();
+  g.replies.push_back(
+      {&f, Ack{b.epoch, b.seq, fresh ? AckStatus::kOk : AckStatus::kDuplicate, "", now_unix_ns()}, true});
+  Group::Applied a;
+  a.seen_node = b.node;
+  a.sent_ns = b.sent_ns;
+  a.counters = &b.counters;
+  a.records = records;
+  a.fresh = fresh;
+  if (fresh) {
+    a.stored = std::move(f.compressed);  // the statement that bound it has been reset
+    a.analysis_records = f.span.records;
+  }
+  g.applied.push_back(std::move(a));
+}
+
+void Ingest::note_heartbeat(Frame& f, Heartbeat& h, Group& g) {
+  if (!known(g, h.node, h.epoch)) {
+    // Heartbeats carry no seq; seq 0 with kUnknownNode only makes the agent introduce itself again.
+    g.unknown++;
+    g.replies.push_back(
+        {&f, Ack{h.epoch, 0, AckStatus::kUnknownNode, "unknown node '" + h.node + "': send HELLO", g.now},
+         false});
+    return;
+  }
+  g.touches[h.node].counters = &h.counters;
+  g.applied.emplace_back();
+  g.applied.back().seen_node = h.node;
+  g.applied.back().sent_ns = h.sent_ns;
+  g.applied.back().counters = &h.counters;
+  g.applied.back().heartbeat = true;
+}
+
+void Ingest::apply_committed(Group& g) {
+  for (auto& a : g.applied) {
+    if (a.hello) {
+      reg_.on_hello(*a.hello, g.now);
+      log_line("agent '" + a.hello->node + "' registered (epoch " + std::to_string(a.hello->epoch) +
+               ", version " + a.hello->agent_version + ")");
+    } else {
+      reg_.on_seen(a.seen_node, a.sent_ns, g.now, a.counters, a.records);
+      if (a.heartbeat) continue;
+      if (a.fresh) g.stored++;
+      g.records += a.records;
+      if (a.analysis_records > 0) live_.feed(std::move(a.stored), a.analysis_records);
+    }
+  }
+}
+
+void Ingest::count_group(std::size_t messages, const Group& g, bool committed) {
+  reg_.with_counters([&](IngestCounters& c) {
+    c.messages += messages;
+    c.batches_stored += g.stored;
+    c.records_stored += g.records;
+    c.store_batches += g.stored;
+    c.store_bytes += committed ? g.group_bytes : 0;
+    c.duplicates += committed ? g.dups : 0;
+    c.unknown_node += g.unknown;
+    for (auto& a : g.applied)
+      if (a.heartbeat && committed) c.heartbeats++;
+  });
 }
 
 void Ingest::retention() {

@@ -54,8 +54,20 @@ class Ingest {
     zmq::message_t identity;
     Ack ack;
   };
-  void prepare(Frame& f);                                 // decode + encode + compress, on the pool
-  std::vector<Reply> process(std::vector<Frame>& group);  // committer: store, commit; the ACKs to send
+  struct Group;
+  void prepare(Frame& f);                                  // decode + encode + compress, on the pool
+  std::vector<Reply> process(std::vector<Frame>& frames);  // committer: store, commit; the ACKs to send
+  // process(), step by step: one transaction for the group (false: nothing stored), each message's part
+  // in it, then what the commit makes true (registry, live analysis) and the counters.
+  bool store_group(std::vector<Frame>& frames, Group& g);
+  void store_message(Frame& f, Group& g);
+  void store_hello(Frame& f, Hello& h, Group& g);
+  void store_batch(Frame& f, Batch& b, Group& g);
+  void note_heartbeat(Frame& f, Heartbeat& h, Group& g);
+  void reject(Group& g, Frame& f, const std::string& reason, uint64_t epoch = 0, uint64_t seq = 0);
+  bool known(const Group& g, const std::string& node, uint64_t epoch) const;
+  void apply_committed(Group& g);
+  void count_group(std::size_t messages, const Group& g, bool committed);
   void commit_loop();
   void send_acks();
   void retention();

@@ -9,7 +9,6 @@
 
 #include "batch_codec.hpp"
 #include "log.hpp"
-#include "netprism/addr.hpp"
 
 namespace netprism::daemon {
 
@@ -17,43 +16,6 @@ const analysis::Job* Snapshot::find(const std::string& id) const {
   for (const auto& j : jobs)
     if (j.id == id) return &j;
   return nullptr;
-}
-
-analysis::Job job_from_json(const nlohmann::json& d) {
-  analysis::Job j;
-  j.id = d.value("id", "");
-  j.nodes = d.value("nodes", std::vector<std::string>{});
-  j.state = d.value("state", "ended");
-  j.step_time_ms = d.value("step_time_ms", 0.0);
-  if (auto p = d.find("parallelism"); p != d.end() && p->is_object()) {
-    j.parallelism.dp = p->value("dp", 1);
-    j.parallelism.pp = p->value("pp", 1);
-    j.parallelism.dp_groups = p->value("dp_groups", std::vector<std::vector<std::string>>{});
-    j.parallelism.stages = p->value("stages", std::vector<std::vector<std::string>>{});
-  }
-  if (auto its = d.find("iterations"); its != d.end() && its->is_array())
-    for (const auto& i : *its) {
-      analysis::Iteration it;  // fields by name: the struct grows (phases, ...) without breaking this
-      it.index = i.value("index", 0);
-      it.start_ns = i.value("start_ns", uint64_t{0});
-      it.end_ns = i.value("end_ns", uint64_t{0});
-      it.duration_ns = i.value("duration_ns", uint64_t{0});
-      j.iterations.push_back(std::move(it));
-    }
-  if (auto fs = d.find("findings"); fs != d.end() && fs->is_array())
-    for (const auto& f : *fs) {
-      analysis::Finding x;
-      x.kind = f.value("kind", "");
-      x.subject = f.value("subject", "");
-      x.first_iteration = f.value("first_iteration", 0);
-      x.start_ns = f.value("start_ns", uint64_t{0});
-      x.severity = f.value("severity", 0.0);
-      x.evidence = f.value("evidence", "");
-      if (auto w = f.find("whatif_step_time_ms"); w != f.end() && w->is_number())
-        x.whatif_step_time_ms = w->get<double>();
-      j.findings.push_back(std::move(x));
-    }
-  return j;
 }
 
 namespace {
@@ -107,16 +69,13 @@ void LiveAnalysis::preload() {
   reader.scan_batches(
       std::nullopt, since, UINT64_MAX,
       [&](const Batch& b, uint64_t) {
-        for (const auto& f : b.flowlets)
-          if (f.last_ns >= since && !own_.matches(f)) {
-            engine_.add(store::to_event(b.node, f));
-            ++events;
-          }
+        events += feed_.add(b.node, b.flowlets,
+                            [&](const Flowlet& f) { return f.last_ns < since || own_.matches(f); });
       },
       [](const std::string& e) { log_line("preload: " + e); });
   auto snap = std::make_shared<Snapshot>();
   for (const auto& doc : reader.jobs()) {
-    auto j = job_from_json(doc);
+    auto j = analysis::job_from_json(doc);
     persisted_[j.id] = {signature(j), now};
     retained_[j.id] = j;
     snap->jobs.push_back(std::move(j));
@@ -191,6 +150,13 @@ void LiveAnalysis::pass(store::Store* writer) {
   const uint64_t now = now_unix_ns();
   const uint64_t window = static_cast<uint64_t>(s_.analysis_window_s) * 1000000000ull;
   const uint64_t since = now > window ? now - window : 0;
+  add_pending();
+  retain(engine_.pass(now), since);
+  if (writer) persist(*writer, now);
+  publish(now, t0);
+}
+
+void LiveAnalysis::add_pending() {
   std::vector<std::pair<std::string, std::size_t>> fresh;
   {
     std::lock_guard lk(mu_);
@@ -198,21 +164,7 @@ void LiveAnalysis::pass(store::Store* writer) {
     pending_events_ = 0;
   }
   engine_.set_addr_nodes(addr_nodes_());
-  // New data only: each flowlet becomes a compact event of interned ids. Addresses repeat (a cluster has
-  // few), so their ids are cached by binary address; the cache is dropped when the engine renumbers its
-  // ids or when it grows large (an address scan), which bounds it.
-  if (addr_gen_ != engine_.generation() || addr_id_.size() > 65536) {
-    addr_id_.clear();
-    addr_gen_ = engine_.generation();
-  }
-  auto id_of = [&](const uint8_t a[16]) {
-    Addr16 key;
-    std::memcpy(key.data(), a, 16);
-    auto it = addr_id_.find(key);
-    if (it == addr_id_.end()) it = addr_id_.emplace(key, engine_.intern(format_addr(a))).first;
-    return it->second;
-  };
-  std::vector<analysis::StreamingAnalysis::Event> events;  // one stored batch's, added as a run
+  // New data only: each stored batch's flowlets become compact events of interned ids, added as a run.
   for (const auto& [stored, flowlets] : fresh) {
     std::string err;
     std::optional<Batch> batch = store::decompress_stored(stored, err);
@@ -222,32 +174,11 @@ void LiveAnalysis::pass(store::Store* writer) {
       dropped_ += flowlets;
       continue;
     }
-    uint32_t obs = engine_.intern(batch->node);
-    events.clear();
-    for (const auto& f : batch->flowlets) {
-      if (own_.matches(f)) continue;
-      analysis::StreamingAnalysis::Event& e = events.emplace_back();
-      e.observer = obs;
-      e.src = id_of(f.key.saddr);
-      e.dst = id_of(f.key.daddr);
-      e.src_port = f.key.sport;
-      e.dst_port = f.key.dport;
-      e.qpn = f.key.qpn;
-      e.proto = f.key.proto;
-      e.dir = static_cast<int8_t>(f.key.dir);
-      e.tcp_flags = f.tcp_flags;
-      e.v6 = f.key.family == 6;
-      e.first_ns = f.first_ns;
-      e.last_ns = f.last_ns;
-      e.bytes = f.bytes;
-      e.payload_bytes = f.payload_bytes;
-      e.packets = f.packets;
-    }
-    engine_.add(events);
+    feed_.add(batch->node, batch->flowlets, [&](const Flowlet& f) { return own_.matches(f); });
   }
-  fresh.clear();
-  analysis::Result r = engine_.pass(now);
+}
 
+void LiveAnalysis::retain(analysis::Result r, uint64_t since) {
   // Jobs of this pass replace earlier versions. An earlier job that is absent now is kept only when it left
   // the analysis (its last iteration ended before the window starts, or it had ended): that is history. One
   // still inside the window but gone was superseded (the analysis regrouped it), so it is dropped.
@@ -260,31 +191,34 @@ void LiveAnalysis::pass(store::Store* writer) {
     if (left_window) next[id] = std::move(j);
   }
   retained_ = std::move(next);
+}
 
-  if (writer) {
-    for (const auto& [id, j] : retained_) {
-      auto sig = signature(j);
-      auto& p = persisted_[id];
-      if (p.signature == sig) continue;
-      if (!p.signature.empty() && now < p.saved_ns + kPersistEveryNs && j.state == "running") continue;
-      writer->save_job(analysis::full(j), now);
-      p = {std::move(sig), now};
-    }
-    for (auto it = persisted_.begin(); it != persisted_.end();) {
-      if (retained_.count(it->first)) {
-        ++it;
-        continue;
-      }
-      writer->delete_job(it->first);
-      it = persisted_.erase(it);
-    }
+void LiveAnalysis::persist(store::Store& writer, uint64_t now) {
+  for (const auto& [id, j] : retained_) {
+    auto sig = signature(j);
+    auto& p = persisted_[id];
+    if (p.signature == sig) continue;
+    if (!p.signature.empty() && now < p.saved_ns + kPersistEveryNs && j.state == "running") continue;
+    writer.save_job(analysis::full(j), now);
+    p = {std::move(sig), now};
   }
+  for (auto it = persisted_.begin(); it != persisted_.end();) {
+    if (retained_.count(it->first)) {
+      ++it;
+      continue;
+    }
+    writer.delete_job(it->first);
+    it = persisted_.erase(it);
+  }
+}
 
+void LiveAnalysis::publish(uint64_t now, std::chrono::steady_clock::time_point started) {
   auto snap = std::make_shared<Snapshot>();
   for (const auto& [_, j] : retained_) snap->jobs.push_back(j);
   snap->computed_ns = now;
   snap->took_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started)
+          .count());
   snap->events = engine_.stats().xfers;
   const auto& st = engine_.stats();
   std::lock_guard lk(mu_);

@@ -6,8 +6,8 @@
 // window stays queryable.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
-#include <cstring>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "analysis.hpp"
+#include "feed.hpp"
 #include "incremental.hpp"
-#include "netprism/addr.hpp"
 #include "flows.hpp"
 #include "settings.hpp"
 
@@ -33,9 +33,6 @@ struct Snapshot {
   uint64_t events = 0;  // transfers the analysis keeps (its bounded memory of recent traffic)
   const analysis::Job* find(const std::string& id) const;
 };
-
-// Rebuilds a Job from its `full` JSON document (as stored in the jobs table).
-analysis::Job job_from_json(const nlohmann::json& doc);
 
 class LiveAnalysis {
  public:
@@ -55,6 +52,13 @@ class LiveAnalysis {
 
  private:
   void pass(store::Store* writer);  // null: results are not persisted
+  // pass(), step by step: the fed batches into the engine (with the current address -> node names); its jobs
+  // replace earlier ones (those that left the window stay); changed jobs written to the store; the snapshot
+  // queries read.
+  void add_pending();
+  void retain(analysis::Result r, uint64_t since);
+  void persist(store::Store& writer, uint64_t now);
+  void publish(uint64_t now, std::chrono::steady_clock::time_point started);
   const Settings& s_;
   store::OwnTraffic own_;
   AddrNodes addr_nodes_;
@@ -77,17 +81,7 @@ class LiveAnalysis {
     uint64_t saved_ns = 0;
   };
   std::map<std::string, Persisted> persisted_;
-  struct AddrHash {
-    std::size_t operator()(const Addr16& a) const {
-      uint64_t x, y;  // the two halves, mixed; addresses differ mostly in the low half
-      std::memcpy(&x, a.data(), 8);
-      std::memcpy(&y, a.data() + 8, 8);
-      return std::hash<uint64_t>{}(x * 0x9e3779b97f4a7c15ull ^ y);
-    }
-  };
-  // address -> interned id (formatting an address costs more than the rest of an event's handling)
-  std::unordered_map<Addr16, uint32_t, AddrHash> addr_id_;
-  uint64_t addr_gen_ = 0;
+  analysis::FlowletFeed feed_{engine_};  // flowlets -> engine_ (after engine_: it refers to it)
 };
 
 }  // namespace netprism::daemon

@@ -2,7 +2,6 @@
 
 #include <chrono>
 
-#include "cli/report.hpp"
 #include "log.hpp"
 
 namespace netprism::daemon {
@@ -95,7 +94,7 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
     return {{"jobs", jobs}, {"analysed_ns", snap->computed_ns}};
   }
   if (cmd == "report") {  // the fleet view (`netprism report`), computed here so only the summary travels
-    auto r = cli::fleet_report(snap->jobs, now);
+    auto r = analysis::fleet_report(snap->jobs, now);
     r["analysed_ns"] = snap->computed_ns;
     return r;
   }

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "flows.hpp"
+#include "feed.hpp"
 #include "topology.hpp"
 
 namespace netprism::flowin {
@@ -18,7 +18,7 @@ std::optional<analysis::Input> load_capture(const std::string& path, Protocol p,
   if (!err.empty()) warnings.push_back(err + " (analysing what was read)");
   err.clear();
   for (const auto& [node, flowlets] : *by_node)
-    for (const auto& f : flowlets) in.events.push_back(store::to_event(node, f));
+    for (const auto& f : flowlets) in.events.push_back(analysis::flow_event(node, f));
   // Exporters' records arrive in export order (a flow's record leaves at its timeout); the analysis reads
   // them in time order, as it reads a recording.
   std::stable_sort(in.events.begin(), in.events.end(),

@@ -48,27 +48,6 @@ const char* proto_name(uint8_t proto) {
   return "unknown";
 }
 
-analysis::FlowEvent to_event(const std::string& observer, const Flowlet& f, bool with_addrs) {
-  analysis::FlowEvent e;
-  e.observer = observer;
-  if (with_addrs) {
-    e.src = format_addr(f.key.saddr);
-    e.dst = format_addr(f.key.daddr);
-  }
-  e.src_port = f.key.sport;
-  e.dst_port = f.key.dport;
-  e.proto = f.key.proto;
-  e.qpn = f.key.qpn;
-  e.dir = static_cast<int8_t>(f.key.dir);
-  e.first_ns = f.first_ns;
-  e.last_ns = f.last_ns;
-  e.bytes = f.bytes;
-  e.payload_bytes = f.payload_bytes;
-  e.packets = f.packets;
-  e.tcp_flags = f.tcp_flags;
-  return e;
-}
-
 std::map<std::string, std::string> addr_nodes(const std::vector<NodeRow>& nodes) {
   std::map<std::string, std::string> out;
   for (const auto& n : nodes)
@@ -135,34 +114,6 @@ nlohmann::json query_flows(Store& s, const FlowQuery& q, const OwnTraffic& own) 
                      {"first_ns", t->first},
                      {"last_ns", t->last}});
   return {{"flows", flows}, {"truncated", truncated}, {"total_flows", agg.size()}};
-}
-
-namespace {
-// A recording, not a live feed (the analysis judges hung/ended differently then). Set only when the
-// analysis boundary has the flag, so this file builds against either revision of it.
-template <class In>
-void mark_offline(In& in) {
-  if constexpr (requires { in.offline; }) in.offline = true;
-}
-}  // namespace
-
-analysis::Input load_native(Store& s, std::vector<std::string>& warnings) {
-  analysis::Input in;
-  mark_offline(in);
-  auto nodes = s.nodes();
-  in.addr_node = addr_nodes(nodes);
-  OwnTraffic own = own_traffic(s);
-  s.scan_batches(
-      std::nullopt, 0, std::numeric_limits<uint64_t>::max(),
-      [&](const Batch& b, uint64_t) {
-        for (const auto& f : b.flowlets) {
-          if (own.matches(f)) continue;
-          in.events.push_back(to_event(b.node, f));
-          in.now_ns = std::max<uint64_t>(in.now_ns, f.last_ns);
-        }
-      },
-      [&](const std::string& e) { warnings.push_back(e); });
-  return in;
 }
 
 }  // namespace netprism::store

@@ -1,9 +1,11 @@
-// What the store's batches turn into for users: per-flow totals (`netprism flows`) and the analysis
-// pipeline's input (live window and offline `analyze --format native`).
+// What the store's batches turn into for users: per-flow totals (`netprism flows`), and what decides which
+// stored flowlets the analysis gets (netprism's own traffic is left out; addresses map to node names). The
+// flowlets themselves become analysis events in analysis/feed.hpp: the store does not know the analysis.
 #pragma once
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -11,7 +13,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis.hpp"
 #include "netprism/records.hpp"
 #include "store.hpp"
 
@@ -33,7 +34,6 @@ std::optional<uint16_t> endpoint_port(const std::string& endpoint);
 OwnTraffic own_traffic(Store& s);
 void save_own_traffic(Store& s, const OwnTraffic& t);
 
-analysis::FlowEvent to_event(const std::string& observer, const Flowlet& f, bool with_addrs = true);
 const char* proto_name(uint8_t proto);
 
 // Address -> node name from every node's latest HELLO. Addresses are normalised (a "/prefix" suffix is cut,
@@ -49,8 +49,5 @@ struct FlowQuery {
 // {"flows": [...], "truncated": bool}: one entry per (node, flow key) seen in the range with totals over the
 // range; sorted by bytes, largest first, so --limit keeps the heaviest flows.
 nlohmann::json query_flows(Store& s, const FlowQuery& q, const OwnTraffic& own);
-
-// Every stored flowlet as analysis input (offline analysis of a data dir or a recording).
-analysis::Input load_native(Store& s, std::vector<std::string>& warnings);
 
 }  // namespace netprism::store

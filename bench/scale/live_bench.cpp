@@ -13,6 +13,7 @@
 #include <random>
 #include <string>
 
+#include "feed.hpp"
 #include "incremental.hpp"
 #include "netprism/addr.hpp"
 #include "sim_model.hpp"
@@ -110,7 +111,7 @@ int main(int argc, char** argv) {
   while (i < in.events.size()) {
     size_t before = i;
     auto t0 = Clock::now();
-    while (i < in.events.size() && in.events[i].last_ns <= t) sa.add(in.events[i++]);
+    while (i < in.events.size() && in.events[i].last_ns <= t) analysis::add_event(sa, in.events[i++]);
     live = sa.pass(t);
     last_ms = ms_since(t0);
     total_ms += last_ms;

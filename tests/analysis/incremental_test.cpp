@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "feed.hpp"
 #include "incremental.hpp"
 #include "synth.hpp"
 
@@ -27,7 +28,7 @@ Result stream(StreamingAnalysis& sa, const Input& in, uint64_t now, std::vector<
   Result r;
   size_t i = 0;
   while (i < in.events.size()) {
-    while (i < in.events.size() && in.events[i].last_ns <= t) sa.add(in.events[i++]);
+    while (i < in.events.size() && in.events[i].last_ns <= t) add_event(sa, in.events[i++]);
     r = sa.pass(std::min(t, now));
     if (tail) tail->push_back(sa.stats().tail_xfers);
     t += kSec;
@@ -190,7 +191,7 @@ TEST(StreamingAnalysis, ForgetsSilentConnectionsAndCompactsIds) {
     e.bytes = 60;
     scan.events.push_back(e);
   }
-  for (const auto& e : scan.events) sa.add(e);
+  for (const auto& e : scan.events) add_event(sa, e);
   sa.pass(scan.events.back().last_ns + kSec);
   EXPECT_EQ(sa.stats().conns, 6000u);
   uint64_t gen = sa.generation();
@@ -226,10 +227,10 @@ TEST(StreamingAnalysis, RunsOfEventsAddExactlyAsOneByOne) {
   while (i < in.events.size()) {
     std::size_t j = i;
     while (j < in.events.size() && in.events[j].last_ns <= t) ++j;
-    for (std::size_t k = i; k < j; ++k) one.add(one.event_of(in.events[k]));
+    for (std::size_t k = i; k < j; ++k) one.add(stream_event(one, in.events[k]));
     for (std::size_t k = i; k < j; k += 37) {  // runs of 37: not a divisor of anything in the input
       run.clear();
-      for (std::size_t m = k; m < std::min(j, k + 37); ++m) run.push_back(runs.event_of(in.events[m]));
+      for (std::size_t m = k; m < std::min(j, k + 37); ++m) run.push_back(stream_event(runs, in.events[m]));
       runs.add(run);
     }
     i = j;

@@ -10,8 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis.hpp"
-#include "flows.hpp"
+#include "feed.hpp"
 #include "incremental.hpp"
+#include "offline.hpp"
 #include "store.hpp"
 
 using namespace netprism;
@@ -30,7 +31,7 @@ std::optional<analysis::Input> load(const std::string& input, const std::string&
   }
   store::Store s(input, store::Db::Mode::kReadOnly);
   std::vector<std::string> warnings;
-  auto in = store::load_native(s, warnings);
+  auto in = cli::load_native(s, warnings);
   for (const auto& w : warnings) std::cerr << "golden_replay: warning: " << w << "\n";
   return in;
 }
@@ -78,7 +79,7 @@ int main(int argc, char** argv) {
   nlohmann::json passes = nlohmann::json::array();
   uint64_t t = in->events.front().last_ns + kSec;
   for (size_t i = 0; i < in->events.size(); t += kSec) {
-    while (i < in->events.size() && in->events[i].last_ns <= t) sa.add(in->events[i++]);
+    while (i < in->events.size() && in->events[i].last_ns <= t) analysis::add_event(sa, in->events[i++]);
     passes.push_back(pass_summary(t, sa.pass(t)));
   }
   auto last = sa.pass(in->events.back().last_ns + kSec / 2);

@@ -1,9 +1,13 @@
-#include "report.hpp"
+// `netprism report`: a fleet view, one row per job (nodes, hours observed, iterations, median step time, time
+// lost, stragglers, slow links, hangs), in the spirit of the Acme characterisation of LLM training clusters.
+// Computed from analysed jobs: by the aggregator for its live view (query "report") and by the CLI itself
+// for a recording (`netprism report --input FILE`), so both print the same document.
+#include "analysis.hpp"
 
 #include <algorithm>
 #include <set>
 
-namespace netprism::cli {
+namespace netprism::analysis {
 
 namespace {
 double median(std::vector<double> v) {
@@ -33,7 +37,7 @@ constexpr double kSlowRunFactor = 1.5;
 //  - hang: while hung, the time since the hang began (the job makes no progress at all).
 // total = the sum of the three; share = total / observed time. Observed time runs from the job's first
 // training transfer to its last one, or to now while it is hung.
-nlohmann::json fleet_report(const std::vector<analysis::Job>& jobs, uint64_t now_ns) {
+nlohmann::json fleet_report(const std::vector<Job>& jobs, uint64_t now_ns) {
   auto rows = nlohmann::json::array();
   std::set<std::string> fleet_nodes;
   double fleet_node_h = 0, fleet_lost_node_h = 0;
@@ -128,4 +132,4 @@ nlohmann::json fleet_report(const std::vector<analysis::Job>& jobs, uint64_t now
           {"now_ns", now_ns}};
 }
 
-}  // namespace netprism::cli
+}  // namespace netprism::analysis
