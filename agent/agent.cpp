@@ -29,42 +29,6 @@
 namespace netprism::agent {
 namespace {
 
-const char* probe_counter_name(int i) {
-  switch (i) {
-    case NP_CNT_PACKETS:
-      return "probe_packets";
-    case NP_CNT_NON_IP:
-      return "probe_non_ip";
-    case NP_CNT_TRUNCATED:
-      return "probe_truncated";
-    case NP_CNT_UNPARSED:
-      return "probe_unparsed";
-    case NP_CNT_IPV6_EXT:
-      return "probe_ipv6_ext";
-    case NP_CNT_OTHER_L4:
-      return "probe_other_l4";
-    case NP_CNT_EXCLUDED:
-      return "probe_excluded";
-    case NP_CNT_RINGBUF_FULL:
-      return "probe_ringbuf_full";
-    case NP_CNT_MAP_FULL:
-      return "probe_map_full";
-    case NP_CNT_MAP_BUSY:
-      return "probe_map_busy";
-    case NP_CNT_BURSTS_EMITTED:
-      return "probe_bursts_emitted";
-    case NP_CNT_IP_FRAGMENT:
-      return "probe_ip_fragment";
-    case NP_CNT_FLOW_RACE:
-      return "probe_flow_race";
-    case NP_CNT_PULLED:
-      return "probe_pulled";
-    case NP_CNT_FLUSH_DEFERRED:
-      return "probe_flush_deferred";
-  }
-  return "probe_unknown";
-}
-
 // The probe's burst thresholds when it reports none (probe_abi.h; reasoning in bpf/burst.h), used for the
 // RDMA bursts so both follow one rule.
 constexpr uint64_t kFallbackGapNs = NP_DEFAULT_GAP_NS;
@@ -142,7 +106,7 @@ Counters Agent::counters() const {
   c["rtt_us"] = d.rtt_ns / 1000;
   if (probe_) last_probe_counters_ = probe_->counters();  // kept for heartbeats after the probe is released
   for (int i = 0; i < NP_CNT_MAX; ++i)
-    c[probe_counter_name(i)] = last_probe_counters_[static_cast<std::size_t>(i)];
+    c[np_counter_name(i)] = last_probe_counters_[static_cast<std::size_t>(i)];
   if (rdma_) rdma_->add_counters(c);
   c["budget_level"] = static_cast<uint64_t>(budget_->level().level);
   c["budget_degrade_steps"] = budget_->degrade_steps();
