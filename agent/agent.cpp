@@ -22,48 +22,12 @@
 #include "netprism/version.hpp"
 #include "netprism/wire.hpp"
 #include "probe/probe.hpp"
-#include "rdma_source.hpp"
+#include "rdma/rdma.hpp"
 #include "spool.hpp"
 #include "tc_qdisc.hpp"
 
 namespace netprism::agent {
 namespace {
-
-const char* probe_counter_name(int i) {
-  switch (i) {
-    case NP_CNT_PACKETS:
-      return "probe_packets";
-    case NP_CNT_NON_IP:
-      return "probe_non_ip";
-    case NP_CNT_TRUNCATED:
-      return "probe_truncated";
-    case NP_CNT_UNPARSED:
-      return "probe_unparsed";
-    case NP_CNT_IPV6_EXT:
-      return "probe_ipv6_ext";
-    case NP_CNT_OTHER_L4:
-      return "probe_other_l4";
-    case NP_CNT_EXCLUDED:
-      return "probe_excluded";
-    case NP_CNT_RINGBUF_FULL:
-      return "probe_ringbuf_full";
-    case NP_CNT_MAP_FULL:
-      return "probe_map_full";
-    case NP_CNT_MAP_BUSY:
-      return "probe_map_busy";
-    case NP_CNT_BURSTS_EMITTED:
-      return "probe_bursts_emitted";
-    case NP_CNT_IP_FRAGMENT:
-      return "probe_ip_fragment";
-    case NP_CNT_FLOW_RACE:
-      return "probe_flow_race";
-    case NP_CNT_PULLED:
-      return "probe_pulled";
-    case NP_CNT_FLUSH_DEFERRED:
-      return "probe_flush_deferred";
-  }
-  return "probe_unknown";
-}
 
 // The probe's burst thresholds when it reports none (probe_abi.h; reasoning in bpf/burst.h), used for the
 // RDMA bursts so both follow one rule.
@@ -86,6 +50,15 @@ class Agent {
   Hello make_hello();
   void watch_zmq_fd();
   void release_probe();
+  uint64_t tick_ns() const;
+  bool open_events(const Fd& sfd);
+  bool stop_requested(const Fd& sfd, bool log);
+  void drain_tick();
+  void recalibrate_clock(uint64_t now);
+  void run_timers(uint64_t now);
+  void event_loop(const Fd& sfd);
+  void linger(const Fd& sfd);
+  void log_stopped();
 
   AgentOptions o_;
   std::string node_;
@@ -112,6 +85,7 @@ class Agent {
 
   uint64_t captured_ = 0, batched_records_ = 0;
   uint64_t base_gap_ns_ = 0, base_max_burst_ns_ = 0;
+  Fd tfd_, ep_;  // the tick timerfd and the epoll set (open_events)
   int epfd_ = -1;
   int zmq_fd_watched_ = -1;
   uint64_t zmq_gen_watched_ = 0;
@@ -142,7 +116,7 @@ Counters Agent::counters() const {
   c["rtt_us"] = d.rtt_ns / 1000;
   if (probe_) last_probe_counters_ = probe_->counters();  // kept for heartbeats after the probe is released
   for (int i = 0; i < NP_CNT_MAX; ++i)
-    c[probe_counter_name(i)] = last_probe_counters_[static_cast<std::size_t>(i)];
+    c[np_counter_name(i)] = last_probe_counters_[static_cast<std::size_t>(i)];
   if (rdma_) rdma_->add_counters(c);
   c["budget_level"] = static_cast<uint64_t>(budget_->level().level);
   c["budget_degrade_steps"] = budget_->degrade_steps();
@@ -360,38 +334,41 @@ void Agent::shutdown() {
   release_probe();
 }
 
-int Agent::run() {
-  // Signals are blocked before anything is attached: a SIGTERM during start-up waits in the signalfd and
-  // leads to the normal clean shutdown instead of killing the process with filters attached.
+// Signals are blocked before anything is attached: a SIGTERM during start-up waits in the signalfd and leads
+// to the normal clean shutdown instead of killing the process with filters attached.
+Fd block_stop_signals() {
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGINT);
   sigaddset(&mask, SIGTERM);
   sigprocmask(SIG_BLOCK, &mask, nullptr);
-  Fd sfd(signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
-  std::string err;
-  if (!setup(err)) {
-    log_error(err);
-    release_probe();
-    return 1;
-  }
-  Fd tfd(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
-  Fd ep(epoll_create1(EPOLL_CLOEXEC));
-  if (sfd.get() < 0 || tfd.get() < 0 || ep.get() < 0) {
-    log_error(std::string("cannot create event fds: ") + std::strerror(errno));
-    return 1;
-  }
-  epfd_ = ep.get();
-  // The tick drives every timer below. 10 ms meets the batch deadline (100 ms) and the idle flush to within
-  // a tenth; a faster RDMA sampling period sets a faster tick, never below 1 ms.
+  return Fd(signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+}
+
+// The tick drives every timer of the loop. 10 ms meets the batch deadline (100 ms) and the idle flush to
+// within a tenth; a faster RDMA sampling period sets a faster tick, never below 1 ms.
+uint64_t Agent::tick_ns() const {
   constexpr uint64_t kTickNs = 10'000'000ull;
-  uint64_t tick_ns = rdma_ && rdma_->sampling() ? std::min(o_.rdma_sample_ns, kTickNs) : kTickNs;
-  tick_ns = std::max<uint64_t>(tick_ns, 1'000'000ull);
+  const uint64_t t = rdma_ && rdma_->sampling() ? std::min(o_.rdma_sample_ns, kTickNs) : kTickNs;
+  return std::max<uint64_t>(t, 1'000'000ull);
+}
+
+// The epoll set: the probe's ring buffer (tag 0), the signalfd (1), the tick timerfd (2); the ZeroMQ fd (3)
+// is (re)added by watch_zmq_fd(). False (logged) if an fd cannot be created.
+bool Agent::open_events(const Fd& sfd) {
+  tfd_ = Fd(timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
+  ep_ = Fd(epoll_create1(EPOLL_CLOEXEC));
+  if (sfd.get() < 0 || tfd_.get() < 0 || ep_.get() < 0) {
+    log_error(std::string("cannot create event fds: ") + std::strerror(errno));
+    return false;
+  }
+  epfd_ = ep_.get();
+  const uint64_t tick = tick_ns();
   itimerspec its{};
-  its.it_interval.tv_sec = static_cast<time_t>(tick_ns / 1'000'000'000ull);
-  its.it_interval.tv_nsec = static_cast<long>(tick_ns % 1'000'000'000ull);
+  its.it_interval.tv_sec = static_cast<time_t>(tick / 1'000'000'000ull);
+  its.it_interval.tv_nsec = static_cast<long>(tick % 1'000'000'000ull);
   its.it_value = its.it_interval;
-  timerfd_settime(tfd.get(), 0, &its, nullptr);
+  timerfd_settime(tfd_.get(), 0, &its, nullptr);
   auto add = [&](int fd, uint32_t tag) {
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -400,11 +377,52 @@ int Agent::run() {
   };
   add(probe_->ring_fd(), 0);
   add(sfd.get(), 1);
-  add(tfd.get(), 2);
+  add(tfd_.get(), 2);
+  return true;
+}
 
-  log_info("watching " + std::to_string(o_.ifaces.size()) + " interface(s) in " + o_.mode +
-           " mode as node '" + node_ + "', shipping to " + o_.aggregator + " (epoch " +
-           std::to_string(epoch_) + ")");
+// Drains the signalfd; true if a stop signal arrived (logged when `log` is set).
+bool Agent::stop_requested(const Fd& sfd, bool log) {
+  bool stop = false;
+  signalfd_siginfo si;
+  while (read(sfd.get(), &si, sizeof si) == sizeof si) {
+    if (log)
+      log_info(std::string("received ") + strsignal(static_cast<int>(si.ssi_signo)) + "; shutting down");
+    stop = true;
+  }
+  return stop;
+}
+
+void Agent::drain_tick() {
+  uint64_t ticks;
+  [[maybe_unused]] auto r = read(tfd_.get(), &ticks, sizeof ticks);
+}
+
+// Re-measures the monotonic -> realtime offset; a jump above 1 ms means the realtime clock was stepped (not
+// slewed): worth a line in the log.
+void Agent::recalibrate_clock(uint64_t now) {
+  int64_t moved = clock_.calibrate();
+  ++recalibrations_;
+  uint64_t mag = static_cast<uint64_t>(moved < 0 ? -moved : moved);
+  max_clock_step_ns_ = std::max(max_clock_step_ns_, mag);
+  if (mag > 1'000'000) log_warn("clock: realtime moved " + std::to_string(moved) + " ns against monotonic");
+  next_clock_ = now + o_.clock_recalibrate_ns;
+}
+
+// Everything due at `now`: the idle flush, RDMA sampling, a batch's deadline, clock and budget.
+void Agent::run_timers(uint64_t now) {
+  if (now >= next_idle_flush_) {
+    probe_->flush_idle(now, false, [this](const np_flowlet& f) { on_flowlet(f); });
+    next_idle_flush_ = now + o_.idle_flush_ns;
+  }
+  if (rdma_) rdma_->tick(now, *batcher_);
+  if (batcher_->due(now)) seal_and_submit();
+  if (now >= next_clock_) recalibrate_clock(now);
+  run_budget(now);
+}
+
+// The main loop, until a stop signal (or epoll fails).
+void Agent::event_loop(const Fd& sfd) {
   auto sink = [this](const np_flowlet& f) { on_flowlet(f); };
   uint64_t now = mono_now_ns();
   budget_window_start_ = now;
@@ -421,50 +439,18 @@ int Agent::run() {
       break;
     }
     for (int i = 0; i < n; ++i) {
-      switch (evs[i].data.u32) {
-        case 0:
-          probe_->poll(sink);
-          break;
-        case 1: {
-          signalfd_siginfo si;
-          while (read(sfd.get(), &si, sizeof si) == sizeof si) {
-            log_info(std::string("received ") + strsignal(static_cast<int>(si.ssi_signo)) +
-                     "; shutting down");
-            stop = true;
-          }
-          break;
-        }
-        case 2: {
-          uint64_t ticks;
-          [[maybe_unused]] auto r = read(tfd.get(), &ticks, sizeof ticks);
-          break;
-        }
-        default:
-          break;  // ZeroMQ: handled by service() at the top of the loop
-      }
+      if (evs[i].data.u32 == 0) probe_->poll(sink);
+      if (evs[i].data.u32 == 1) stop = stop_requested(sfd, true) || stop;
+      if (evs[i].data.u32 == 2) drain_tick();
+      // 3, ZeroMQ: handled by service() at the top of the loop
     }
-    now = mono_now_ns();
-    if (now >= next_idle_flush_) {
-      probe_->flush_idle(now, false, sink);
-      next_idle_flush_ = now + o_.idle_flush_ns;
-    }
-    if (rdma_) rdma_->tick(now, *batcher_);
-    if (batcher_->due(now)) seal_and_submit();
-    if (now >= next_clock_) {
-      int64_t moved = clock_.calibrate();
-      ++recalibrations_;
-      uint64_t mag = static_cast<uint64_t>(moved < 0 ? -moved : moved);
-      max_clock_step_ns_ = std::max(max_clock_step_ns_, mag);
-      // A jump above 1 ms means the realtime clock was stepped (not slewed): worth a line in the log.
-      if (mag > 1'000'000)
-        log_warn("clock: realtime moved " + std::to_string(moved) + " ns against monotonic");
-      next_clock_ = now + o_.clock_recalibrate_ns;
-    }
-    run_budget(now);
+    run_timers(mono_now_ns());
   }
+}
 
-  shutdown();
-  // Finite linger: wait for ACKs of what is left, then the rest waits in the spool for the next run.
+// Finite linger after shutdown(): wait for ACKs of what is left (a second signal stops waiting), then the
+// rest waits in the spool for the next run.
+void Agent::linger(const Fd& sfd) {
   uint64_t deadline = mono_now_ns() + o_.linger_ns;
   while (!delivery_->idle() && mono_now_ns() < deadline) {
     delivery_->service(mono_now_ns());
@@ -473,16 +459,14 @@ int Agent::run() {
     int n = epoll_wait(epfd_, evs, 8, 10);
     bool again = false;
     for (int i = 0; i < n; ++i) {
-      if (evs[i].data.u32 == 1) {
-        signalfd_siginfo si;
-        while (read(sfd.get(), &si, sizeof si) == sizeof si) again = true;
-      } else if (evs[i].data.u32 == 2) {
-        uint64_t ticks;
-        [[maybe_unused]] auto r = read(tfd.get(), &ticks, sizeof ticks);
-      }
+      if (evs[i].data.u32 == 1) again = stop_requested(sfd, false) || again;
+      if (evs[i].data.u32 == 2) drain_tick();
     }
-    if (again) break;  // a second signal: stop lingering now
+    if (again) break;
   }
+}
+
+void Agent::log_stopped() {
   uint64_t left = delivery_->pending_records();
   delivery_->spool_all();
   const auto& d = delivery_->stats();
@@ -490,6 +474,24 @@ int Agent::run() {
            ", left in spool " + std::to_string(left) + " records (" + std::to_string(spool_->count()) +
            " batches), dropped " +
            std::to_string(spool_->stats().dropped_records + d.rejected_records + d.spool_error_records));
+}
+
+int Agent::run() {
+  Fd sfd = block_stop_signals();
+  std::string err;
+  if (!setup(err)) {
+    log_error(err);
+    release_probe();
+    return 1;
+  }
+  if (!open_events(sfd)) return 1;
+  log_info("watching " + std::to_string(o_.ifaces.size()) + " interface(s) in " + o_.mode +
+           " mode as node '" + node_ + "', shipping to " + o_.aggregator + " (epoch " +
+           std::to_string(epoch_) + ")");
+  event_loop(sfd);
+  shutdown();
+  linger(sfd);
+  log_stopped();
   return 0;
 }
 

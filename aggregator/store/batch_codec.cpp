@@ -5,6 +5,9 @@
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "netprism/wire.hpp"
@@ -17,8 +20,22 @@ namespace {
 // NPC2 (written): columns in byte planes. NPC1 (read): values interleaved, as stores before it wrote them.
 constexpr char kMagic[4] = {'N', 'P', 'C', '2'};
 constexpr char kMagicV1[4] = {'N', 'P', 'C', '1'};
-// Columns: 2 address indexes + 19 fields (roce_ops is 4 of them).
-constexpr std::size_t kColumns = 21;
+// Columns: the flowlet's fields in list order (records.hpp), an address as its index into the batch's address
+// table, a vector as one column per element.
+constexpr std::size_t kColumns = [] {
+  std::size_t n = 0;
+  for_each_flowlet_field([&](auto field, auto get) {
+    using M = std::remove_reference_t<decltype(get(std::declval<Flowlet&>()))>;
+    n += decltype(field)::kind == FieldKind::kVec ? std::extent_v<M> : 1;
+  });
+  return n;
+}();
+static_assert(kColumns == 21, "the column layout of NPC1 and NPC2 (batch_codec.hpp)");
+constexpr std::size_t kAddrs = [] {
+  std::size_t n = 0;
+  for_each_flowlet_field([&](auto field, auto) { n += decltype(field)::kind == FieldKind::kAddr; });
+  return n;
+}();
 static_assert(std::endian::native == std::endian::little, "column values are stored little-endian");
 constexpr std::size_t kMaxVarint = 10;
 
@@ -105,31 +122,36 @@ class AddrTable {
   int shift_ = 64;
 };
 
-// The columns, in stored order, as expressions of flowlet f (index i, address indexes idx). first_ns is the
-// difference from the previous flowlet's (modular, zigzag: any order round-trips); last_ns is stored as the
-// duration (the wire codec guarantees last >= first).
-#define NP_STORED_COLUMNS(X)                                                    \
-  X(0, idx[2 * i])                                                              \
-  X(1, idx[2 * i + 1])                                                          \
-  X(2, f.key.ifindex)                                                           \
-  X(3, f.key.sport)                                                             \
-  X(4, f.key.dport)                                                             \
-  X(5, f.key.qpn)                                                               \
-  X(6, f.key.proto)                                                             \
-  X(7, f.key.dir)                                                               \
-  X(8, f.key.family)                                                            \
-  X(9, zigzag(static_cast<int64_t>(f.first_ns - (i ? fl[i - 1].first_ns : 0)))) \
-  X(10, f.last_ns - f.first_ns)                                                 \
-  X(11, f.packets)                                                              \
-  X(12, f.bytes)                                                                \
-  X(13, f.payload_bytes)                                                        \
-  X(14, f.roce_ops[0])                                                          \
-  X(15, f.roce_ops[1])                                                          \
-  X(16, f.roce_ops[2])                                                          \
-  X(17, f.roce_ops[3])                                                          \
-  X(18, f.last_psn)                                                             \
-  X(19, f.tcp_flags)                                                            \
-  X(20, f.end_reason)
+// What a column holds for a number: first_ns as the difference from the previous flowlet's (modular, zigzag:
+// any order round-trips), last_ns as the duration (the wire codec guarantees last >= first), else the value.
+template <FlowletField Id>
+uint64_t to_column(const Flowlet* fl, std::size_t i, uint64_t v) {
+  if constexpr (Id == FlowletField::first_ns)
+    return zigzag(static_cast<int64_t>(v - (i ? fl[i - 1].first_ns : 0)));
+  else if constexpr (Id == FlowletField::last_ns)
+    return v - fl[i].first_ns;
+  else
+    return v;
+}
+
+// Calls fn(c, value) for every column c in stored order, value(i) being what it holds for flowlet i (idx: the
+// address indexes, kAddrs per flowlet).
+template <class Fn>
+[[gnu::always_inline]] inline void for_each_column(const Flowlet* fl, const uint32_t* idx, Fn&& fn) {
+  std::size_t c = 0, a = 0;
+  for_each_flowlet_field([&](auto field, auto get) [[gnu::always_inline]] {
+    using F = decltype(field);
+    using M = std::remove_reference_t<decltype(get(*fl))>;
+    if constexpr (F::kind == FieldKind::kAddr) {
+      fn(c++, [idx, k = a++](std::size_t i) -> uint64_t { return idx[kAddrs * i + k]; });
+    } else if constexpr (F::kind == FieldKind::kVec) {
+      for (std::size_t e = 0; e < std::extent_v<M>; ++e)
+        fn(c++, [fl, e, get](std::size_t i) -> uint64_t { return get(fl[i])[e]; });
+    } else {
+      fn(c++, [fl, get](std::size_t i) -> uint64_t { return to_column<F::id>(fl, i, get(fl[i])); });
+    }
+  });
+}
 
 // One column: header byte w (bytes per value, 0..8), varint lo (the smallest value), then every value minus
 // lo in w bytes, as w byte planes: the lowest byte of every value, then the next byte of every value, ...
@@ -206,27 +228,27 @@ std::size_t encode_into(const Batch& b, std::string& buf) {
   thread_local AddrTable table;
   thread_local std::vector<uint32_t> idx;
   table.reset();
-  idx.resize(2 * n);
+  idx.resize(kAddrs * n);
   // One pass over the rows (112 bytes each, read in order) finds the address indexes and every column's
   // range; then only the columns that vary get a pass of their own.
   uint64_t lo[kColumns], hi[kColumns];
   std::fill(std::begin(lo), std::end(lo), n ? std::numeric_limits<uint64_t>::max() : 0);
   std::fill(std::begin(hi), std::end(hi), 0);
   for (std::size_t i = 0; i < n; ++i) {
-    const Flowlet& f = fl[i];
     // Consecutive flowlets often share an address (the node's own, on the same side): compare with the
     // previous one before hashing.
-    idx[2 * i] = i && same16(f.key.saddr, fl[i - 1].key.saddr) ? idx[2 * i - 2] : table.index(f.key.saddr);
-    idx[2 * i + 1] =
-        i && same16(f.key.daddr, fl[i - 1].key.daddr) ? idx[2 * i - 1] : table.index(f.key.daddr);
-#define NP_RANGE(c, expr)                           \
-  {                                                 \
-    const uint64_t v = static_cast<uint64_t>(expr); \
-    lo[c] = std::min(lo[c], v);                     \
-    hi[c] = std::max(hi[c], v);                     \
-  }
-    NP_STORED_COLUMNS(NP_RANGE)
-#undef NP_RANGE
+    std::size_t a = 0;
+    for_each_flowlet_field([&](auto field, auto get) {
+      if constexpr (decltype(field)::kind == FieldKind::kAddr) {
+        const std::size_t at = kAddrs * i + a++;
+        idx[at] = i && same16(get(fl[i]), get(fl[i - 1])) ? idx[at - kAddrs] : table.index(get(fl[i]));
+      }
+    });
+    for_each_column(fl.data(), idx.data(), [&](std::size_t c, auto value) [[gnu::always_inline]] {
+      const uint64_t v = value(i);
+      lo[c] = std::min(lo[c], v);
+      hi[c] = std::max(hi[c], v);
+    });
   }
   const std::size_t bound = sizeof kMagic + 3 * kMaxVarint + rest_wire.size() + 16 * table.keys().size() +
                             kColumns * (1 + kMaxVarint + 8 * n) + 8;
@@ -244,18 +266,10 @@ std::size_t encode_into(const Batch& b, std::string& buf) {
     std::memcpy(p, a, 16);
     p += 16;
   }
-#define NP_WRITE(c, expr)                             \
-  p = column(p, n, lo[c], hi[c], [&](std::size_t i) { \
-    const Flowlet& f = fl[i];                         \
-    (void)f;                                          \
-    return static_cast<uint64_t>(expr);               \
-  });
-  NP_STORED_COLUMNS(NP_WRITE)
-#undef NP_WRITE
-  static_assert(NP_ROCE_CLASSES == 4 && kColumns == 21, "NP_STORED_COLUMNS lists every column");
+  for_each_column(fl.data(), idx.data(),
+                  [&](std::size_t c, auto value) { p = column(p, n, lo[c], hi[c], value); });
   return static_cast<std::size_t>(p - start);
 }
-#undef NP_STORED_COLUMNS
 
 struct Corrupt : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -292,7 +306,7 @@ class In {
 // Reads one column (see column(); `planes` false: NPC1's interleaved values) and hands value i to
 // set(i, v); every value is checked against max.
 template <class Set>
-void read_column(In& in, std::size_t n, uint64_t max, const char* what, bool planes, Set set) {
+void read_column(In& in, std::size_t n, uint64_t max, std::string_view what, bool planes, Set set) {
   const uint8_t w = in.take(1)[0];
   if (w > 8) throw Corrupt(std::string(what) + ": bad width");
   const uint64_t lo = in.var();
@@ -329,58 +343,38 @@ Batch decode_columns(std::string_view bytes, bool planes) {
   const uint8_t* addrs = in.take(static_cast<std::size_t>(16 * a));
   const auto k = static_cast<std::size_t>(n);
   std::vector<Flowlet> fl(k);  // value-initialised: padding stays zero
-  constexpr uint64_t u8 = 0xff, u16 = 0xffff, u32 = 0xffffffff, u64 = std::numeric_limits<uint64_t>::max();
   const uint64_t last_addr = a == 0 ? 0 : a - 1;
-  auto check_addrs = [&] {
-    if (a == 0 && k > 0) throw Corrupt("address index out of range");
-  };
-  check_addrs();
-  read_column(in, k, last_addr, "saddr index", planes,
-              [&](std::size_t i, uint64_t v) { std::memcpy(fl[i].key.saddr, addrs + 16 * v, 16); });
-  read_column(in, k, last_addr, "daddr index", planes,
-              [&](std::size_t i, uint64_t v) { std::memcpy(fl[i].key.daddr, addrs + 16 * v, 16); });
-  read_column(in, k, u32, "ifindex", planes,
-              [&](std::size_t i, uint64_t v) { fl[i].key.ifindex = static_cast<uint32_t>(v); });
-  read_column(in, k, u16, "sport", planes,
-              [&](std::size_t i, uint64_t v) { fl[i].key.sport = static_cast<uint16_t>(v); });
-  read_column(in, k, u16, "dport", planes,
-              [&](std::size_t i, uint64_t v) { fl[i].key.dport = static_cast<uint16_t>(v); });
-  read_column(in, k, u32, "qpn", planes,
-              [&](std::size_t i, uint64_t v) { fl[i].key.qpn = static_cast<uint32_t>(v); });
-  // The same checks as the wire codec, so a stored row can never yield a flowlet a live one could not be.
-  read_column(in, k, u8, "proto", planes, [&](std::size_t i, uint64_t v) {
-    if (v < NP_PROTO_TCP || v > NP_PROTO_ROCE) throw Corrupt("unknown protocol");
-    fl[i].key.proto = static_cast<uint8_t>(v);
+  if (a == 0 && k > 0) throw Corrupt("address index out of range");
+  uint64_t prev = 0;  // first_ns of the previous flowlet
+  for_each_flowlet_field([&](auto field, auto get) {
+    using F = decltype(field);
+    using M = std::remove_reference_t<decltype(get(fl[0]))>;
+    if constexpr (F::kind == FieldKind::kAddr) {
+      read_column(in, k, last_addr, std::string(F::name) + " index", planes,
+                  [&](std::size_t i, uint64_t v) { std::memcpy(get(fl[i]), addrs + 16 * v, sizeof(M)); });
+    } else if constexpr (F::kind == FieldKind::kVec) {
+      using E = std::remove_extent_t<M>;
+      for (std::size_t e = 0; e < std::extent_v<M>; ++e)
+        read_column(in, k, std::numeric_limits<E>::max(), F::name, planes,
+                    [&](std::size_t i, uint64_t v) { get(fl[i])[e] = static_cast<E>(v); });
+    } else {
+      // The inverse of to_column(), with the same checks as the wire codec, so a stored row can never yield
+      // a flowlet a live one could not be.
+      read_column(in, k, std::numeric_limits<M>::max(), F::name, planes, [&](std::size_t i, uint64_t v) {
+        Flowlet& f = fl[i];
+        if constexpr (F::id == FlowletField::first_ns) {
+          prev = f.first_ns = prev + static_cast<uint64_t>(unzigzag(v));
+        } else if constexpr (F::id == FlowletField::last_ns) {
+          if (v > std::numeric_limits<uint64_t>::max() - f.first_ns) throw Corrupt("last_ns out of range");
+          f.last_ns = f.first_ns + v;
+        } else {
+          if (const char* why = flowlet_field_invalid(F::id, v))
+            throw Corrupt(std::string(F::name) + ": " + why);
+          get(f) = static_cast<M>(v);
+        }
+      });
+    }
   });
-  read_column(in, k, u8, "dir", planes, [&](std::size_t i, uint64_t v) {
-    if (v > NP_DIR_EGRESS) throw Corrupt("unknown direction");
-    fl[i].key.dir = static_cast<uint8_t>(v);
-  });
-  read_column(in, k, u8, "family", planes, [&](std::size_t i, uint64_t v) {
-    if (v != 4 && v != 6) throw Corrupt("bad family");
-    fl[i].key.family = static_cast<uint8_t>(v);
-  });
-  uint64_t prev = 0;
-  read_column(in, k, u64, "first_ns", planes, [&](std::size_t i, uint64_t v) {
-    prev = fl[i].first_ns = prev + static_cast<uint64_t>(unzigzag(v));
-  });
-  read_column(in, k, u64, "last_ns", planes, [&](std::size_t i, uint64_t v) {
-    if (v > u64 - fl[i].first_ns) throw Corrupt("last_ns out of range");
-    fl[i].last_ns = fl[i].first_ns + v;
-  });
-  read_column(in, k, u64, "packets", planes, [&](std::size_t i, uint64_t v) { fl[i].packets = v; });
-  read_column(in, k, u64, "bytes", planes, [&](std::size_t i, uint64_t v) { fl[i].bytes = v; });
-  read_column(in, k, u64, "payload_bytes", planes,
-              [&](std::size_t i, uint64_t v) { fl[i].payload_bytes = v; });
-  for (int c = 0; c < NP_ROCE_CLASSES; ++c)
-    read_column(in, k, u32, "roce_ops", planes,
-                [&](std::size_t i, uint64_t v) { fl[i].roce_ops[c] = static_cast<uint32_t>(v); });
-  read_column(in, k, u32, "last_psn", planes,
-              [&](std::size_t i, uint64_t v) { fl[i].last_psn = static_cast<uint32_t>(v); });
-  read_column(in, k, u16, "tcp_flags", planes,
-              [&](std::size_t i, uint64_t v) { fl[i].tcp_flags = static_cast<uint16_t>(v); });
-  read_column(in, k, u8, "end_reason", planes,
-              [&](std::size_t i, uint64_t v) { fl[i].end_reason = static_cast<uint8_t>(v); });
   if (in.left() != 0) throw Corrupt("trailing bytes");
   b.flowlets = std::move(fl);
   return b;

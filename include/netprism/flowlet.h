@@ -45,32 +45,52 @@ enum np_roce_class {
 
 #define NP_ROCE_UDP_PORT 4791
 
+/* The flowlet's fields, one list per part, in the order of the record, of its msgpack encoding
+ * (common/wire.cpp) and of the store's columns (aggregator/store/batch_codec.cpp). The structs below and
+ * every codec are generated from these lists, so a field is added by one edit here (then the explicit
+ * padding, which the size asserts check). The wire encoding is positional and a decoder ignores trailing
+ * fields it does not know: a new field goes at the end of NP_BURST_FIELDS. Each entry is A(name), a 16-byte
+ * address; N(name, type), an unsigned integer; or V(name, type, n), a vector of n unsigned integers. The
+ * caller passes the three macros to apply (C++: netprism::for_each_field in records.hpp). */
+
 /* Flow identity as seen at one interface in one direction. IPv4 addresses are stored v4-mapped
  * (::ffff:a.b.c.d) so one key type serves both families; users always see plain dotted quads. */
+#define NP_FLOW_KEY_FIELDS(A, N, V)                                  \
+  A(saddr)                                                           \
+  A(daddr)                                                           \
+  N(ifindex, __u32)                                                  \
+  N(sport, __u16)                                                    \
+  N(dport, __u16)                                                    \
+  N(qpn, __u32)   /* RoCE destination QP (24 bits); 0 for TCP/UDP */ \
+  N(proto, __u8)  /* enum np_proto */                                \
+  N(dir, __u8)    /* enum np_direction */                            \
+  N(family, __u8) /* 4 or 6 */
+
+/* One burst of the flow. */
+#define NP_BURST_FIELDS(A, N, V)                                                                   \
+  N(first_ns, __u64) /* kernel: CLOCK_MONOTONIC (bpf_ktime_get_ns); on the wire: Unix-epoch ns */  \
+  N(last_ns, __u64)                                                                                \
+  N(packets, __u64)                                                                                \
+  N(bytes, __u64)         /* IP-level bytes (IP header included) */                                \
+  N(payload_bytes, __u64) /* L4 payload of every packet seen, retransmissions included */          \
+  V(roce_ops, __u32, NP_ROCE_CLASSES)                                                              \
+  N(last_psn, __u32)  /* RoCE PSN of the last packet (24 bits) */                                  \
+  N(tcp_flags, __u16) /* OR of the TCP flags seen in the burst (FIN 0x01 SYN 0x02 RST 0x04 ...) */ \
+  N(end_reason, __u8) /* enum np_end_reason */
+
+/* Member declarations from the lists. */
+#define NP_DECLARE_ADDR(name) __u8 name[16];
+#define NP_DECLARE_NUM(name, type) type name;
+#define NP_DECLARE_VEC(name, type, n) type name[n];
+
 struct np_flow_key {
-  __u8 saddr[16];
-  __u8 daddr[16];
-  __u32 ifindex;
-  __u16 sport;
-  __u16 dport;
-  __u32 qpn;   /* RoCE destination QP (24 bits); 0 for TCP/UDP */
-  __u8 proto;  /* enum np_proto */
-  __u8 dir;    /* enum np_direction */
-  __u8 family; /* 4 or 6 */
+  NP_FLOW_KEY_FIELDS(NP_DECLARE_ADDR, NP_DECLARE_NUM, NP_DECLARE_VEC)
   __u8 pad0;
 };
 
 struct np_flowlet {
   struct np_flow_key key;
-  __u64 first_ns; /* kernel: CLOCK_MONOTONIC (bpf_ktime_get_ns); on the wire: Unix-epoch ns */
-  __u64 last_ns;
-  __u64 packets;
-  __u64 bytes;         /* IP-level bytes (IP header included) */
-  __u64 payload_bytes; /* L4 payload of every packet seen, retransmissions included */
-  __u32 roce_ops[NP_ROCE_CLASSES];
-  __u32 last_psn;  /* RoCE PSN of the last packet (24 bits) */
-  __u16 tcp_flags; /* OR of the TCP flags seen in the burst (FIN 0x01 SYN 0x02 RST 0x04 ...) */
-  __u8 end_reason; /* enum np_end_reason */
+  NP_BURST_FIELDS(NP_DECLARE_ADDR, NP_DECLARE_NUM, NP_DECLARE_VEC)
   __u8 pad0;
 };
 

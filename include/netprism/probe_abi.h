@@ -13,29 +13,47 @@
 /* Per-CPU counters: every packet the probe sees, and every reason it skipped or lost something.
  * Nothing is dropped silently: each skip or loss path increments exactly one of the reason counters, so
  * PACKETS == NON_IP + TRUNCATED + UNPARSED + IPV6_EXT + OTHER_L4 + IP_FRAGMENT + EXCLUDED + MAP_FULL +
- * MAP_BUSY
- *            + FLOW_RACE + LOCK_TIMEOUT + (packets accounted into bursts).
- * New indices are only ever appended (before NP_CNT_MAX). */
+ * MAP_BUSY + FLOW_RACE + LOCK_TIMEOUT + (packets accounted into bursts).
+ * One list, X(ID, name): the enum below holds NP_CNT_<ID> and the agent ships the value as "probe_<name>"
+ * (np_counter_name). New counters are only ever appended. */
+#define NP_COUNTERS(X)                                                                                       \
+  X(PACKETS, packets)           /* packets seen by any entry point (a GSO super-packet counts once) */       \
+  X(NON_IP, non_ip)             /* ARP, LLDP, ... : counted, passed, no flow */                              \
+  X(TRUNCATED, truncated)       /* packet ended inside a header we needed, or shorter than its IP length */  \
+  X(UNPARSED, unparsed)         /* malformed header (bogus IHL, TCP offset, IP length; a third VLAN tag) */  \
+  X(IPV6_EXT, ipv6_ext)         /* IPv6 extension chain longer than we walk */                               \
+  X(OTHER_L4, other_l4)         /* IP but neither TCP nor UDP (ICMP, ESP, ...) */                            \
+  X(EXCLUDED, excluded)         /* matched the exclusion list (the agent's own traffic) */                   \
+  X(RINGBUF_FULL, ringbuf_full) /* a finished burst did not fit in the ring buffer: that burst is lost */    \
+  /* new flow, its np_front slot taken and np_flows full (E2BIG): packet not tracked */                      \
+  X(MAP_FULL, map_full)                                                                                      \
+  X(MAP_BUSY, map_busy) /* flow table insert failed with EBUSY/ENOMEM/other: packet not tracked */           \
+  X(BURSTS_EMITTED, bursts_emitted) /* bursts written to the ring buffer (gap, max-duration and flush) */    \
+  X(IP_FRAGMENT, ip_fragment)       /* IPv4/IPv6 fragment: L4 header absent or payload split, not tracked */ \
+  /* packet hit a flow entry being deleted by the idle flush and retries ran out */                          \
+  X(FLOW_RACE, flow_race)                                                                                    \
+  X(PULLED, pulled) /* tc: headers were non-linear and were pulled (informational, not a loss) */            \
+  /* idle flush found the ring buffer full (or the entry locked) and kept the burst */                       \
+  X(FLUSH_DEFERRED, flush_deferred)                                                                          \
+  /* flow entry stayed locked by another CPU beyond the spin budget: packet not tracked */                   \
+  X(LOCK_TIMEOUT, lock_timeout)
+
+#define NP_COUNTER_ENUM(id, name) NP_CNT_##id,
 enum np_counter {
-  NP_CNT_PACKETS = 0,    /* packets seen by any entry point (a GSO super-packet counts once here) */
-  NP_CNT_NON_IP,         /* ARP, LLDP, ... : counted, passed, no flow */
-  NP_CNT_TRUNCATED,      /* packet ended inside a header we needed, or shorter than its IP length */
-  NP_CNT_UNPARSED,       /* malformed header (bogus IHL, TCP offset, IP length; a third VLAN tag) */
-  NP_CNT_IPV6_EXT,       /* IPv6 extension chain longer than we walk */
-  NP_CNT_OTHER_L4,       /* IP but neither TCP nor UDP (ICMP, ESP, ...) */
-  NP_CNT_EXCLUDED,       /* matched the exclusion list (the agent's own traffic) */
-  NP_CNT_RINGBUF_FULL,   /* a finished burst could not be written to the ring buffer: that burst is lost */
-  NP_CNT_MAP_FULL,       /* new flow, its np_front slot taken and np_flows full (E2BIG): packet not tracked */
-  NP_CNT_MAP_BUSY,       /* flow table insert failed with EBUSY/ENOMEM/other: packet not tracked */
-  NP_CNT_BURSTS_EMITTED, /* bursts written to the ring buffer (gap, max-duration and flush) */
-  NP_CNT_IP_FRAGMENT,    /* IPv4/IPv6 fragment: L4 header absent or payload split, not tracked */
-  NP_CNT_FLOW_RACE,      /* packet hit a flow entry being deleted by the idle flush and retries ran out */
-  NP_CNT_PULLED,         /* tc: headers were non-linear and were pulled (informational, not a loss) */
-  NP_CNT_FLUSH_DEFERRED, /* idle flush found the ring buffer full (or the entry locked) and kept the burst */
-  NP_CNT_LOCK_TIMEOUT,   /* flow entry stayed locked by another CPU beyond the spin budget: packet not tracked
-                          */
-  NP_CNT_MAX,
+  NP_COUNTERS(NP_COUNTER_ENUM) NP_CNT_MAX,
 };
+#undef NP_COUNTER_ENUM
+
+#ifdef __cplusplus
+/* The name the agent ships counter i under; nullptr for an index outside the list. */
+inline const char* np_counter_name(int i) {
+#define NP_COUNTER_NAME(id, name) "probe_" #name,
+  static const char* const names[] = {NP_COUNTERS(NP_COUNTER_NAME)};
+#undef NP_COUNTER_NAME
+  static_assert(sizeof names / sizeof names[0] == NP_CNT_MAX, "a name for every counter");
+  return i >= 0 && i < NP_CNT_MAX ? names[i] : nullptr;
+}
+#endif
 
 /* Defaults for the runtime thresholds (the reasoning is in bpf/burst.h next to the code that uses them). */
 #define NP_DEFAULT_GAP_NS 4000000ULL         /* 4 ms */
@@ -65,15 +83,7 @@ struct np_exclude_key {
 
 /* The burst part of a flowlet: np_flowlet without its key, same layout as np_flowlet from first_ns on. */
 struct np_burst {
-  __u64 first_ns;
-  __u64 last_ns;
-  __u64 packets;
-  __u64 bytes;
-  __u64 payload_bytes;
-  __u32 roce_ops[NP_ROCE_CLASSES];
-  __u32 last_psn;
-  __u16 tcp_flags;
-  __u8 end_reason;
+  NP_BURST_FIELDS(NP_DECLARE_ADDR, NP_DECLARE_NUM, NP_DECLARE_VEC)
   __u8 pad0;
 };
 

@@ -2,7 +2,9 @@
 // One definition each; the msgpack codec (wire.hpp) is the only code that turns them into bytes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -24,6 +26,72 @@ inline constexpr uint32_t kWireSchemaVersion = 1;
 
 // A flowlet as shipped: the kernel record with first_ns/last_ns converted to Unix-epoch ns by the agent.
 using Flowlet = np_flowlet;
+
+// The flowlet's fields for the C++ codecs (the wire codec, the store's columns), from flowlet.h's lists.
+enum class FlowletField : uint8_t {
+#define NP_FIELD_ID(name, ...) name,
+  NP_FLOW_KEY_FIELDS(NP_FIELD_ID, NP_FIELD_ID, NP_FIELD_ID)
+      NP_BURST_FIELDS(NP_FIELD_ID, NP_FIELD_ID, NP_FIELD_ID)
+#undef NP_FIELD_ID
+};
+enum class FieldKind : uint8_t { kAddr, kNum, kVec };  // flowlet.h's A, N and V entries
+
+inline constexpr const char* kFlowletFieldNames[] = {
+#define NP_FIELD_NAME(name, ...) #name,
+    NP_FLOW_KEY_FIELDS(NP_FIELD_NAME, NP_FIELD_NAME, NP_FIELD_NAME)
+        NP_BURST_FIELDS(NP_FIELD_NAME, NP_FIELD_NAME, NP_FIELD_NAME)
+#undef NP_FIELD_NAME
+};
+// The number of fields (a vector is one field).
+inline constexpr std::size_t kFlowletFields = std::size(kFlowletFieldNames);
+
+// One field, as a type: its id, kind and name ("saddr", ...).
+template <FlowletField Id, FieldKind Kind>
+struct FlowletFieldInfo {
+  static constexpr FlowletField id = Id;
+  static constexpr FieldKind kind = Kind;
+  static constexpr const char* name = kFlowletFieldNames[static_cast<std::size_t>(Id)];
+};
+
+// Calls fn(field, get) for every field of a flowlet in list order (= wire and column order): field is a
+// FlowletFieldInfo, get(f) the field's member of flowlet f (const when f is).
+// Always inlined: the codecs' per-flowlet loops then compile to straight-line code, as if written out.
+template <class Fn>
+[[gnu::always_inline]] constexpr inline void for_each_flowlet_field(Fn&& fn) {
+  using F = FlowletField;
+  using K = FieldKind;
+  // clang-format off
+#define NP_VISIT(k, n) fn(FlowletFieldInfo<F::n, K::k>{}, [](auto& f) -> auto& { return NP_PART(f).n; });
+  // clang-format on
+#define NP_VISIT_A(n) NP_VISIT(kAddr, n)
+#define NP_VISIT_N(n, type) NP_VISIT(kNum, n)
+#define NP_VISIT_V(n, type, count) NP_VISIT(kVec, n)
+#define NP_PART(f) f.key
+  NP_FLOW_KEY_FIELDS(NP_VISIT_A, NP_VISIT_N, NP_VISIT_V)
+#undef NP_PART
+#define NP_PART(f) f
+  NP_BURST_FIELDS(NP_VISIT_A, NP_VISIT_N, NP_VISIT_V)
+#undef NP_PART
+#undef NP_VISIT_V
+#undef NP_VISIT_N
+#undef NP_VISIT_A
+#undef NP_VISIT
+}
+
+// The values every decoder (wire, store) rejects in a field beyond its type's range: nullptr if v is valid,
+// else why not.
+constexpr const char* flowlet_field_invalid(FlowletField id, uint64_t v) {
+  switch (id) {
+    case FlowletField::proto:
+      return v < NP_PROTO_TCP || v > NP_PROTO_ROCE ? "unknown protocol" : nullptr;
+    case FlowletField::dir:
+      return v > NP_DIR_EGRESS ? "unknown direction" : nullptr;
+    case FlowletField::family:
+      return v != 4 && v != 6 ? "must be 4 or 6" : nullptr;
+    default:
+      return nullptr;
+  }
+}
 
 // One sample of one RDMA port's counters, as read from sysfs. Byte counters are already in bytes
 // (port_xmit_data/port_rcv_data count 4-byte words; the agent multiplies by 4).

@@ -12,8 +12,8 @@
 #include <gtest/gtest.h>
 
 #include "agent/test_util.hpp"
-#include "rdma_netlink.hpp"
-#include "rdma_sysfs.hpp"
+#include "rdma/netlink.hpp"
+#include "rdma/sysfs.hpp"
 
 using namespace netprism;
 using namespace netprism::agent;

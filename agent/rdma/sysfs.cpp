@@ -1,4 +1,4 @@
-#include "rdma_sysfs.hpp"
+#include "sysfs.hpp"
 
 #include <algorithm>
 #include <charconv>

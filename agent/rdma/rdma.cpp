@@ -1,10 +1,10 @@
-#include "rdma_source.hpp"
+#include "rdma.hpp"
 
 #include <algorithm>
 
 #include "log.hpp"
-#include "rdma_netlink.hpp"
-#include "rdma_verbs.hpp"
+#include "netlink.hpp"
+#include "verbs.hpp"
 
 namespace netprism::agent {
 

@@ -11,7 +11,7 @@
 #include "batcher.hpp"
 #include "clock.hpp"
 #include "netprism/records.hpp"
-#include "rdma_sysfs.hpp"
+#include "sysfs.hpp"
 
 namespace netprism::agent {
 

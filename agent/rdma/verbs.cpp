@@ -1,4 +1,4 @@
-#include "rdma_verbs.hpp"
+#include "verbs.hpp"
 
 #include <infiniband/verbs.h>
 

@@ -1,4 +1,4 @@
-#include "rdma_netlink.hpp"
+#include "netlink.hpp"
 
 #include <linux/netlink.h>
 #include <netinet/in.h>
