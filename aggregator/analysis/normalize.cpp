@@ -102,6 +102,9 @@ Normalized normalize(const Input& in) {
     uint32_t sn = node_id(k.src), dn = node_id(k.dst);
     c.a = fl.fwd ? sn : dn;
     c.b = fl.fwd ? dn : sn;
+    c.addr_a = ck.a;
+    c.addr_b = ck.b;
+    c.proto = ck.proto;
     std::string s_end = sa + ":" + std::to_string(k.sport), d_end = da + ":" + std::to_string(k.dport);
     c.label = fl.fwd ? s_end + "<->" + d_end : d_end + "<->" + s_end;
     out.conns.push_back(std::move(c));
