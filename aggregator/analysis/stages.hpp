@@ -174,7 +174,12 @@ struct Timeline {
   };
   std::vector<std::vector<GroupSync>> syncs;  // [iteration][group]
 };
-// Ends of each synchronisation of DP group `group` (index into Structure::dp_groups), in time order.
+// The iteration ends among a DP group's synchronisation ends (iteration_volume.cpp): all of them when each
+// iteration synchronises once; with bucketed synchronisations overlapping the backward pass, the ones after
+// which the same gradient volume has been synchronised again. xs: the group's DP transfers, sorted by t0.
+std::vector<uint64_t> iteration_ends(const std::vector<const Xfer*>& xs, const std::vector<uint64_t>& ends);
+// Ends of each iteration's synchronisation of DP group `group` (index into Structure::dp_groups), in time
+// order.
 std::vector<uint64_t> sync_ends(const JobSlice& job, const Structure& s, int group);
 Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structure& s);
 

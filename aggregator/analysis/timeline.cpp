@@ -258,6 +258,7 @@ std::vector<uint64_t> sync_ends(const JobSlice& job, const Structure& s, int gro
     }
   }
   std::sort(ends.begin(), ends.end());  // an extension never passes the next episode's start, but keep order
+  ends = iteration_ends(xs, ends);      // bucketed synchronisations: one end per iteration
   if (std::getenv("NP_ANALYSIS_DEBUG"))
     std::fprintf(stderr,
                  "group %d: %zu dirs, %zu bursts, thr %.1f ms, %zu syncs, %zu ends extended by arrivals\n",
