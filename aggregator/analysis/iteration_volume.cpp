@@ -97,8 +97,11 @@ std::vector<size_t> reading(const std::vector<double>& cum, const std::vector<do
     }
     best[j] = from + quiet[j];
   }
-  size_t end = SIZE_MAX;
-  for (size_t j = 0; j < n; ++j)
+  // The last burst has no quiet after it in view, but when the volume since an end before it is a whole
+  // iteration's, it closes that iteration (the job's last, or one that just ended); otherwise the reading
+  // with the most quiet that leaves at most an iteration after its last end.
+  size_t end = best[n - 1] >= 0 ? n - 1 : SIZE_MAX;
+  for (size_t j = 0; j < n && end != n - 1; ++j)
     if (best[j] >= 0 && total - cum[j] <= hi && (end == SIZE_MAX || best[j] > best[end])) end = j;
   std::vector<size_t> out;
   for (size_t j = end; j != SIZE_MAX; j = prev[j]) out.push_back(j);
@@ -113,9 +116,9 @@ std::vector<size_t> reading(const std::vector<double>& cum, const std::vector<do
 // longest quiet of every iteration, so the true V scores the gap between the forward pass and the longest
 // backward stretch; twice V leaves a forward pass inside every iteration (about zero); a fraction of V closes
 // iterations with backward stretches, no longer than those inside (less). Empty when no reading scores above
-// zero.
+// zero. `volume`: the V of the reading returned.
 template <class Upto>
-std::vector<uint64_t> longest_quiets(const std::vector<Burst>& b, const Upto& upto) {
+std::vector<uint64_t> longest_quiets(const std::vector<Burst>& b, const Upto& upto, double& volume) {
   size_t n = b.size();
   std::vector<double> cum(n), quiet(n, 0);
   for (size_t j = 0; j < n; ++j) {
@@ -152,6 +155,7 @@ std::vector<uint64_t> longest_quiets(const std::vector<Burst>& b, const Upto& up
     if (score > best_score) {
       best_score = score;
       best = std::move(r);
+      volume = V;
     }
   }
   std::vector<uint64_t> out;
@@ -174,19 +178,18 @@ std::vector<uint64_t> iteration_ends(const std::vector<const Xfer*>& xs, const s
     auto it = std::upper_bound(by_end.begin(), by_end.end(), std::make_pair(t, 1e300));
     return cum[static_cast<size_t>(it - by_end.begin())];
   };
-  {
-    std::vector<double> v;
-    for (size_t i = 0; i + 1 < ends.size(); ++i) v.push_back(upto(ends[i + 1]) - upto(ends[i]));
-    auto [lo, hi] = std::minmax_element(v.begin(), v.end());
-    if (*lo > 0 && *hi <= kMaxVolumeSpread * *lo) return ends;  // one synchronisation per iteration
-  }
   std::vector<Burst> b = bursts(xs);
   if (b.size() < kMinIterations + 1) return ends;
-  std::vector<uint64_t> out = longest_quiets(b, upto);
+  double V = 0;
+  std::vector<uint64_t> out = longest_quiets(b, upto, V);
   if (out.empty()) return ends;
+  // The episodes are the iterations unless an iteration carries clearly more than an episode: one
+  // synchronisation per iteration keeps its episode ends (with their receivers' arrival times).
+  std::vector<double> ev;
+  for (size_t i = 0; i + 1 < ends.size(); ++i) ev.push_back(upto(ends[i + 1]) - upto(ends[i]));
+  if (V < kMaxVolumeSpread * median(ev)) return ends;
   if (std::getenv("NP_ANALYSIS_DEBUG"))
-    std::fprintf(stderr,
-                 "iteration volume: %zu iteration ends among %zu bursts (%zu complete-looking episodes)\n",
+    std::fprintf(stderr, "iteration volume %.0f: %zu iteration ends among %zu bursts (%zu episodes)\n", V,
                  out.size(), b.size(), ends.size());
   return out;
 }
