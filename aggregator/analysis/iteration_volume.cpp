@@ -116,9 +116,9 @@ std::vector<size_t> reading(const std::vector<double>& cum, const std::vector<do
 // longest quiet of every iteration, so the true V scores the gap between the forward pass and the longest
 // backward stretch; twice V leaves a forward pass inside every iteration (about zero); a fraction of V closes
 // iterations with backward stretches, no longer than those inside (less). Empty when no reading scores above
-// zero. `volume`: the V of the reading returned.
+// zero.
 template <class Upto>
-std::vector<uint64_t> longest_quiets(const std::vector<Burst>& b, const Upto& upto, double& volume) {
+std::vector<uint64_t> longest_quiets(const std::vector<Burst>& b, const Upto& upto) {
   size_t n = b.size();
   std::vector<double> cum(n), quiet(n, 0);
   for (size_t j = 0; j < n; ++j) {
@@ -155,7 +155,6 @@ std::vector<uint64_t> longest_quiets(const std::vector<Burst>& b, const Upto& up
     if (score > best_score) {
       best_score = score;
       best = std::move(r);
-      volume = V;
     }
   }
   std::vector<uint64_t> out;
@@ -180,14 +179,17 @@ std::vector<uint64_t> iteration_ends(const std::vector<const Xfer*>& xs, const s
   };
   std::vector<Burst> b = bursts(xs);
   if (b.size() < kMinIterations + 1) return ends;
-  double V = 0;
-  std::vector<uint64_t> out = longest_quiets(b, upto, V);
-  if (out.empty()) return ends;
-  // The episodes are the iterations unless an iteration carries clearly more than an episode: one
-  // synchronisation per iteration keeps its episode ends (with their receivers' arrival times).
-  std::vector<double> ev;
-  for (size_t i = 0; i + 1 < ends.size(); ++i) ev.push_back(upto(ends[i + 1]) - upto(ends[i]));
-  if (V < kMaxVolumeSpread * median(ev)) return ends;
+  std::vector<uint64_t> out = longest_quiets(b, upto);
+  if (out.size() < kMinIterations + 1) return ends;
+  // The episodes are the iterations unless the reading's iterations carry clearly more than an episode:
+  // one synchronisation per iteration keeps its episode ends (with their receivers' arrival times).
+  auto volumes = [&](const std::vector<uint64_t>& e) {
+    std::vector<double> v;
+    for (size_t i = 0; i + 1 < e.size(); ++i) v.push_back(upto(e[i + 1]) - upto(e[i]));
+    return median(std::move(v));
+  };
+  double V = volumes(out);
+  if (V < kMaxVolumeSpread * volumes(ends)) return ends;
   if (std::getenv("NP_ANALYSIS_DEBUG"))
     std::fprintf(stderr, "iteration volume %.0f: %zu iteration ends among %zu bursts (%zu episodes)\n", V,
                  out.size(), b.size(), ends.size());
