@@ -32,6 +32,14 @@ constexpr double kMinShareOfHeaviest = 0.001;
 // recognised from a recording that short (issue 17: "a job with its groups from 3 observed iterations").
 constexpr uint64_t kMinTransfers = 3;
 
+// A short connection joins its endpoint pair's pool when it carries at least a chunk of a tensor: 4 KiB
+// (a thousand floats; NCCL and gloo move collectives in chunks far larger). Control connections carry less:
+// handshakes, rendezvous and barrier RPCs (tens to hundreds of bytes, measured on the testbed). Without this
+// floor, the young connections of a TCP job (each with a transfer or two so far) pooled with its control
+// connections when the daemon first saw them, and the job took an earlier first transfer (its id) than the
+// analysis of the whole recording.
+constexpr uint64_t kMinPooledBytes = 4096;
+
 struct UnionFind {
   std::vector<uint32_t> p;
   explicit UnionFind(size_t n) : p(n) { std::iota(p.begin(), p.end(), 0u); }
@@ -130,7 +138,8 @@ std::vector<uint32_t> grouping_units(const Normalized& n) {
   std::map<std::tuple<uint32_t, uint32_t, uint8_t>, uint32_t> pool;
   for (uint32_t c = 0; c < n.conns.size(); ++c) {
     const Conn& k = n.conns[c];
-    unit[c] = k.xfers >= kMinTransfers ? c : pool.try_emplace({k.addr_a, k.addr_b, k.proto}, c).first->second;
+    bool pooled = k.xfers < kMinTransfers && k.bytes_ab + k.bytes_ba >= kMinPooledBytes;
+    unit[c] = pooled ? pool.try_emplace({k.addr_a, k.addr_b, k.proto}, c).first->second : c;
   }
   return unit;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Score netprism's analysis of a SimAI flow export against the simulator's own truth.
 
-A SimAI dataset directory holds (see tests/data/simai/*/README.md):
+A SimAI dataset directory holds (see tests/data/simai_*/README.md):
   flows.csv         netprism's flow CSV import format, one row per RDMA message
   topology.txt      `IP NODE` lines (every GPU NIC -> its server)
   truth_nodes.json  {"jobs": [{"name", "nodes", "dp", "pp", "stages", "dp_groups", "iteration_end_ns"}, ...]}

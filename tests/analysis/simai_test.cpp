@@ -1,4 +1,4 @@
-// Third-party traffic shapes (issue 17), on a SimAI flow export (tests/data/simai/job_c: one row per RDMA
+// Third-party traffic shapes (issue 17), on a SimAI flow export (tests/data/simai_job_c: one row per RDMA
 // message on its own QP, 8 NICs per server mapped to two nodes). The dataset itself is scored against its
 // truth by score_simai.py (analysis_simai_job_c); here the same records are re-cut the ways other real
 // sources write them (a message split over several QPs, two tenants at once, a short recording) and fed to
@@ -15,7 +15,7 @@ using namespace netprism::analysis;
 namespace {
 
 Input job_c() {
-  std::string dir = std::string(NP_SIMAI_DIR) + "/job_c/", err;
+  std::string dir = std::string(NP_SIMAI_DIR) + "/simai_job_c/", err;
   auto in = load_csv(dir + "flows.csv", dir + "topology.txt", err);
   EXPECT_TRUE(in) << err;
   return in ? *in : Input{};
