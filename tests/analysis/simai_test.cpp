@@ -119,3 +119,18 @@ TEST(ThirdPartyShapes, StreamingMatchesOffline) {
   expect_job_c(a, {"s0", "s1"}, 3);
   for (size_t k = 0; k < a.iterations.size(); ++k) EXPECT_EQ(a.iterations[k].end_ns, b.iterations[k].end_ns);
 }
+
+// Megatron's distributed optimizer steps between the reduce-scatter and the all-gather: the two halves of
+// each synchronisation 20 ms apart (the all-gather rows, the second message of each pair per iteration,
+// moved later). Still one iteration per synchronisation pair, with the same step.
+TEST(ThirdPartyShapes, ReduceScatterAndAllGatherApart) {
+  Input in = job_c();
+  for (FlowEvent& e : in.events)
+    if (e.bytes < 100'000'000) {  // the all-gather messages (60.8 MB; the reduce-scatter ones are 121.6 MB)
+      e.first_ns += 20'000'000;
+      e.last_ns += 20'000'000;
+    }
+  Result r = analyze(in);
+  ASSERT_EQ(r.jobs.size(), 1u);
+  expect_job_c(r.jobs[0], {"s0", "s1"}, 3);
+}
