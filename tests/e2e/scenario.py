@@ -59,7 +59,7 @@ SCENARIOS = {
 }
 
 # Live mode costs more CPU (an agent per node, the aggregator, CLI polling): the shapes and every fault.
-LIVE = ["dp2pp2tp2_1f1b", "two_jobs", "straggler", "slowlink", "hang", "pause"]
+LIVE = ["dp2pp2tp2_1f1b", "two_jobs", "straggler", "slowlink", "hang", "pause", "mpi_dp4_allreduce", "mpi_straggler"]
 
 # Which CTest suite runs each scenario, per mode: "default" (every `ctest` / scripts/test run) or "campaign"
 # (on demand, `ctest -L campaign`: the fresh-run accuracy campaign whose strict scores go in the closing
