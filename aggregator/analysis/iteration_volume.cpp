@@ -140,6 +140,7 @@ std::vector<uint64_t> longest_quiets(const std::vector<Burst>& b, const Upto& up
     double V = median(v);
     if (V <= 0) continue;
     std::vector<size_t> r = reading(cum, quiet, V);
+
     if (r.size() < kMinIterations + 1) continue;
     double score = 0;
     size_t scored = 0;
@@ -152,6 +153,7 @@ std::vector<uint64_t> longest_quiets(const std::vector<Burst>& b, const Upto& up
     }
     if (scored == 0) continue;
     score /= static_cast<double>(scored);
+
     if (score > best_score) {
       best_score = score;
       best = std::move(r);
@@ -189,6 +191,7 @@ std::vector<uint64_t> iteration_ends(const std::vector<const Xfer*>& xs, const s
     return median(std::move(v));
   };
   double V = volumes(out);
+
   if (V < kMaxVolumeSpread * volumes(ends)) return ends;
   if (std::getenv("NP_ANALYSIS_DEBUG"))
     std::fprintf(stderr, "iteration volume %.0f: %zu iteration ends among %zu bursts (%zu episodes)\n", V,

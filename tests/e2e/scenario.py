@@ -54,6 +54,9 @@ SCENARIOS = {
     "mpi_dp4_allreduce": ["--stack", "mpi", "--dp", "4", "--pp", "1", "--iters", "14", "--fwd-ms", "150"],
     "mpi_dp4_zero": ["--stack", "mpi", "--pattern", "zero", "--dp", "4", "--pp", "1", "--iters", "14", "--fwd-ms",
                      "150"],
+    # PyTorch DDP on gloo: one gradient bucket per block, all-reduced while the backward pass still runs.
+    "ddp_dp4": ["--ddp", "--dp", "4", "--pp", "1", "--depth", "4", "--micro-batches", "1", "--iters", "14",
+                "--fwd-ms", "100"],
     "mpi_straggler": ["--stack", "mpi", "--dp", "4", "--pp", "1", "--iters", "14", "--fwd-ms", "150", "--fault",
                       "straggler:node=n1,factor=1.4,from=6"],
 }

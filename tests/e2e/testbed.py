@@ -62,7 +62,7 @@ def start_watchdog(run_id):
 # --- job and fault specifications ------------------------------------------------------------------------
 JOB_KEYS = {"delay": float, "dp": int, "pp": int, "tp": int, "schedule": str, "iters": int, "micro_batches": int,
             "micro_batch_size": int, "width": int, "depth": int, "compute": str, "fwd_ms": float, "stack": str,
-            "pattern": str, "buckets": int}
+            "pattern": str, "buckets": int, "ddp": int}
 
 
 def parse_kv(text, what):
@@ -307,6 +307,8 @@ def cmd_run(a):
                         "--micro-batch-size", str(j["micro_batch_size"]), "--width", str(j["width"]),
                         "--depth", str(j["depth"]), "--iters", str(j["iters"]), "--truth", jt,
                         "--compute", j["compute"], "--fwd-ms", str(j["fwd_ms"]), "--start-delay", str(j["delay"])]
+                if j["ddp"]:
+                    argv.append("--ddp")
                 for f in faults:
                     if f["job"] != j["name"]:
                         continue
@@ -530,6 +532,8 @@ def main(argv=None):
         r.add_argument("--pattern", default="allreduce", choices=["allreduce", "zero"],
                        help="mpi: Horovod-style bucketed all-reduce, or ZeRO reduce-scatter + all-gather")
         r.add_argument("--buckets", type=int, default=4, help="mpi: gradient buckets per iteration")
+        r.add_argument("--ddp", action="store_true",
+                       help="gloo: PyTorch DDP, one bucket per block, overlapping the backward pass (pp=tp=1)")
         r.add_argument("--cluster", help="run on this `up` cluster (left up) instead of a fresh one")
         r.add_argument("--also", action="append", help="another job at once: key=value,... overriding the above")
         r.add_argument("--fault", action="append", help="see the description")
