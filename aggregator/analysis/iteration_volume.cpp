@@ -32,8 +32,11 @@ namespace {
 // variation: 2 %; the nearest wrong readings are off by a factor 2 or more (a split iteration's two parts sum
 // to the full volume, so one is at most half of it; two merged iterations carry twice it).
 constexpr double kMaxVolumeSpread = 1.5;
-// A reading needs at least three iterations whose volumes agree (four ends): two could agree by chance.
-constexpr size_t kMinIterations = 3;
+// A reading needs at least two iterations whose volumes agree (three ends), so that a recording of three
+// iterations (issue 17) is read: with the stretch before the first end and after the last also bounded by one
+// iteration's volume, and the reading used only when its iterations carry 1.5x an episode or more, a chance
+// agreement of two stretches does not suffice.
+constexpr size_t kMinIterations = 2;
 // Transfers of DP traffic that carry under 1/64 of a typical transfer are control messages (rendezvous
 // headers, notifications: ~100 bytes beside OpenMPI's 64 KiB+ fragments or a ring chunk): they may fall in
 // the middle of the forward pass (a rank announcing its first bucket while others still compute) and must
@@ -132,7 +135,7 @@ std::vector<uint64_t> longest_quiets(const std::vector<Burst>& b, const Upto& up
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return quiet[x] > quiet[y]; });
   std::vector<size_t> best;
   double best_score = 0;
-  for (double mf = kMinIterations + 1; mf <= static_cast<double>(n - 1); mf *= kLadder) {
+  for (double mf = kMinIterations; mf <= static_cast<double>(n - 1); mf *= kLadder) {
     std::vector<size_t> sel(order.begin(), order.begin() + static_cast<long>(mf));
     std::sort(sel.begin(), sel.end());
     std::vector<double> v;
