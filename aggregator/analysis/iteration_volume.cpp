@@ -42,6 +42,14 @@ constexpr size_t kMinIterations = 2;
 // the middle of the forward pass (a rank announcing its first bucket while others still compute) and must
 // not break its quiet.
 constexpr double kControlShare = 1.0 / 64;
+// The quiet closing an iteration (its forward pass plus the first bucket's backward) is at least 1.5 times
+// any quiet inside it (one bucket's backward: with the backward about twice the forward, the ratio is
+// 1 + B/2 for B buckets); the quiet closing two merged iterations and the forward pass inside them are alike
+// (ratio about 1). 1.25 lies between.
+constexpr double kClosingRatio = 1.25;
+// ... in three of four iterations at least: a disturbed iteration (a rank descheduled during a bucket's
+// backward on the loaded testbed host, once in 13 iterations) can break the order once in a while.
+constexpr double kOrderedShare = 0.75;
 // Candidate counts of longest quiets (see longest_quiets) grow by a factor sqrt(2): V is the median volume
 // between the chosen quiets, so a count within that factor of the right one already gives it (most of its
 // stretches are single iterations); about 2 log2(n) candidates, each an O(n) reading.
@@ -114,12 +122,11 @@ std::vector<size_t> reading(const std::vector<double>& cum, const std::vector<do
 
 // The iteration ends among the bursts' ends. The iteration volume V is not known: candidates are the median
 // volumes between the ends of the m longest quiets, for m on a geometric ladder (the right m, one quiet per
-// iteration, gives V itself). Each candidate's reading is judged by how much longer the quiet closing each of
-// its iterations is than the longest quiet inside it, averaged over its iterations: the forward pass is the
-// longest quiet of every iteration, so the true V scores the gap between the forward pass and the longest
-// backward stretch; twice V leaves a forward pass inside every iteration (about zero); a fraction of V closes
-// iterations with backward stretches, no longer than those inside (less). Empty when no reading scores above
-// zero.
+// iteration, gives V itself). A candidate's reading holds when the forward pass closes its iterations: in
+// at least kOrderedShare of them the quiet after the end is kClosingRatio times the longest quiet inside.
+// Twice V leaves a forward pass inside every iteration (the closing and the inside quiet are then alike, the
+// ratio about 1); a fraction of V also holds (its iterations hold no quiet longer than the one closing
+// them), so of the readings that hold the coarsest is taken. Empty when none holds.
 template <class Upto>
 std::vector<uint64_t> longest_quiets(const std::vector<Burst>& b, const Upto& upto) {
   size_t n = b.size();
@@ -134,7 +141,7 @@ std::vector<uint64_t> longest_quiets(const std::vector<Burst>& b, const Upto& up
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return quiet[x] > quiet[y]; });
   std::vector<size_t> best;
-  double best_score = 0;
+  double best_vol = 0;
   for (double mf = kMinIterations; mf <= static_cast<double>(n - 1); mf *= kLadder) {
     std::vector<size_t> sel(order.begin(), order.begin() + static_cast<long>(mf));
     std::sort(sel.begin(), sel.end());
@@ -145,20 +152,20 @@ std::vector<uint64_t> longest_quiets(const std::vector<Burst>& b, const Upto& up
     std::vector<size_t> r = reading(cum, quiet, V);
 
     if (r.size() < kMinIterations + 1) continue;
-    double score = 0;
-    size_t scored = 0;
+    size_t judged = 0, ordered = 0;
+    std::vector<double> vr;
     for (size_t i = 0; i + 1 < r.size(); ++i) {
+      vr.push_back(cum[r[i + 1]] - cum[r[i]]);
       if (r[i + 1] + 1 == n) continue;  // the last burst's quiet is not in view
       double inside = 0;
       for (size_t k = r[i] + 1; k < r[i + 1]; ++k) inside = std::max(inside, quiet[k]);
-      score += quiet[r[i + 1]] - inside;
-      ++scored;
+      ++judged;
+      ordered += quiet[r[i + 1]] >= kClosingRatio * inside ? 1 : 0;
     }
-    if (scored == 0) continue;
-    score /= static_cast<double>(scored);
-
-    if (score > best_score) {
-      best_score = score;
+    if (judged == 0 || static_cast<double>(ordered) < kOrderedShare * static_cast<double>(judged)) continue;
+    double vol = median(std::move(vr));
+    if (vol > best_vol) {
+      best_vol = vol;
       best = std::move(r);
     }
   }
