@@ -12,11 +12,12 @@
 // synchronises the whole gradient, so the DP volume between two iteration ends is the same every iteration
 // (measured: within 2 % in that run; a retransmission or a piece of a bucket finishing after a rank's end
 // moves it by less than a bucket), and the forward pass, during which no gradient is ready, is the longest
-// DP-quiet stretch of an iteration. So when the volume between consecutive episodes is not constant, the
-// iteration ends are read from the DP bursts themselves (an iteration's last bucket need not look complete
-// when its ranks are skewed): the ends after which the same volume has been synchronised again, placed at
-// the longest quiets (see longest_quiets and reading). One end too many splits an iteration in two parts
-// that cannot both carry the full volume, one too few merges two into twice the volume.
+// DP-quiet stretch of an iteration. So the iteration ends are also read from the DP bursts themselves (an
+// iteration's last bucket need not look complete when its ranks are skewed): the ends after which the same
+// volume has been synchronised again, placed at the longest quiets (see longest_quiets and reading). One end
+// too many splits an iteration in two parts that cannot both carry the full volume, one too few merges two
+// into twice the volume. The episodes stay the iterations unless that reading's iterations carry 1.5 times
+// an episode or more: one synchronisation per iteration keeps exactly its episode ends.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
