@@ -153,17 +153,21 @@ std::vector<uint64_t> longest_quiets(const std::vector<Burst>& b, const Upto& up
     std::vector<size_t> r = reading(cum, quiet, V);
 
     if (r.size() < kMinIterations + 1) continue;
+    // Judged: every stretch whose closing quiet is in view, the one before the first end included (a
+    // partial iteration is closed by its forward pass too); at least two.
     size_t judged = 0, ordered = 0;
     std::vector<double> vr;
-    for (size_t i = 0; i + 1 < r.size(); ++i) {
-      vr.push_back(cum[r[i + 1]] - cum[r[i]]);
-      if (r[i + 1] + 1 == n) continue;  // the last burst's quiet is not in view
+    for (size_t i = 0; i < r.size(); ++i) {
+      size_t from = i == 0 ? 0 : r[i - 1] + 1;
+      if (i > 0) vr.push_back(cum[r[i]] - cum[r[i - 1]]);
+      if (r[i] + 1 == n) continue;  // the last burst's quiet is not in view
       double inside = 0;
-      for (size_t k = r[i] + 1; k < r[i + 1]; ++k) inside = std::max(inside, quiet[k]);
+      for (size_t k = from; k < r[i]; ++k) inside = std::max(inside, quiet[k]);
       ++judged;
-      ordered += quiet[r[i + 1]] >= kClosingRatio * inside ? 1 : 0;
+      ordered += quiet[r[i]] >= kClosingRatio * inside ? 1 : 0;
     }
-    if (judged == 0 || static_cast<double>(ordered) < kOrderedShare * static_cast<double>(judged)) continue;
+    if (judged < kMinIterations || static_cast<double>(ordered) < kOrderedShare * static_cast<double>(judged))
+      continue;
     double vol = median(std::move(vr));
     if (vol > best_vol) {
       best_vol = vol;
@@ -199,11 +203,17 @@ std::vector<uint64_t> iteration_ends(const std::vector<const Xfer*>& xs, const s
   auto volumes = [&](const std::vector<uint64_t>& e) {
     std::vector<double> v;
     for (size_t i = 0; i + 1 < e.size(); ++i) v.push_back(upto(e[i + 1]) - upto(e[i]));
-    return median(std::move(v));
+    return v;
   };
-  double V = volumes(out);
-
-  if (V < kMaxVolumeSpread * volumes(ends)) return ends;
+  std::vector<double> ev = volumes(ends);
+  double V = median(volumes(out)), E = median(ev);
+  // ... or unless some episodes carry clearly less than the others (a synchronisation split in parts, the
+  // rest whole) and the reading has fewer ends: the parts merge back into their iterations.
+  bool split = *std::min_element(ev.begin(), ev.end()) * kMaxVolumeSpread < E && out.size() < ends.size();
+  if (std::getenv("NP_ANALYSIS_DEBUG"))
+    std::fprintf(stderr, "iteration volume: reading %zu ends V %.0f, episodes %zu median %.0f split %d\n",
+                 out.size(), V, ends.size(), E, split);
+  if (V < kMaxVolumeSpread * E && !split) return ends;
   if (std::getenv("NP_ANALYSIS_DEBUG"))
     std::fprintf(stderr, "iteration volume %.0f: %zu iteration ends among %zu bursts (%zu episodes)\n", V,
                  out.size(), b.size(), ends.size());

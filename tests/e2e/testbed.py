@@ -286,7 +286,8 @@ def cmd_run(a):
                     argv += ["--pause-at", str(f["at"]), "--pause-seconds", str(f["seconds"])]
             log = open(os.path.join(out, "logs", f"{j['name']}.mpirun.log"), "w")
             p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 env=dict(os.environ, OMP_NUM_THREADS="1"))
+                                 env=dict(os.environ, OMP_NUM_THREADS="1",
+                                          NP_OMPI_TMP=os.path.join(out, "logs", "ompi")))
             c.track(p.pid)
             procs.append((j, 0, p))
 
