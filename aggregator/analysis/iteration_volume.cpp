@@ -19,11 +19,11 @@
 // into twice the volume. The episodes stay the iterations unless that reading's iterations carry 1.5 times
 // an episode or more: one synchronisation per iteration keeps exactly its episode ends.
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <deque>
 #include <numeric>
+#include <string>
 
+#include "debug_log.hpp"
 #include "stages.hpp"
 
 namespace netprism::analysis {
@@ -210,13 +210,13 @@ std::vector<uint64_t> iteration_ends(const std::vector<const Xfer*>& xs, const s
   // ... or unless some episodes carry clearly less than the others (a synchronisation split in parts, the
   // rest whole) and the reading has fewer ends: the parts merge back into their iterations.
   bool split = *std::min_element(ev.begin(), ev.end()) * kMaxVolumeSpread < E && out.size() < ends.size();
-  if (std::getenv("NP_ANALYSIS_DEBUG"))
-    std::fprintf(stderr, "iteration volume: reading %zu ends V %.0f, episodes %zu median %.0f split %d\n",
-                 out.size(), V, ends.size(), E, split);
+  if (debug::lines_on()) {
+    std::string l;
+    debug::appendf(l, "iteration volume: reading %zu ends of %.0f bytes, %zu episodes of %.0f, split %d",
+                   out.size(), V, ends.size(), E, split ? 1 : 0);
+    debug::line(l);
+  }
   if (V < kMaxVolumeSpread * E && !split) return ends;
-  if (std::getenv("NP_ANALYSIS_DEBUG"))
-    std::fprintf(stderr, "iteration volume %.0f: %zu iteration ends among %zu bursts (%zu episodes)\n", V,
-                 out.size(), b.size(), ends.size());
   return out;
 }
 

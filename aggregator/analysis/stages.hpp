@@ -7,9 +7,10 @@
 //     -> timeline (iteration boundaries, per-node phases)
 //     -> diagnosis (straggler, slow_link, slow_iteration, hang) and job state
 //
-// NP_ANALYSIS_DEBUG=1 in the environment prints each edge's role evidence and each DP group's
-// synchronisation detection to stderr (for looking at a new recording); NP_ANALYSIS_DUMP=PREFIX writes each
-// job's transfers and arrivals, with the stages of their ends, to PREFIX.<first node>.csv.
+// Debug output (each DP group's synchronisation detection, each job's transfers and arrivals with the stages
+// of their ends) goes through debug_log.hpp: NP_ANALYSIS_DEBUG=1 / NP_ANALYSIS_DUMP=PREFIX when the binary
+// starts, or a sink the binary installs. (parallelism.cpp still prints each edge's role evidence to stderr
+// under NP_ANALYSIS_DEBUG itself.)
 #pragma once
 
 #include <cstddef>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "analysis.hpp"
+#include "stats.hpp"
 
 namespace netprism::analysis {
 
@@ -197,10 +199,5 @@ std::vector<Finding> diagnose(const Normalized& n, const JobSlice& job, const St
                               const std::vector<Iteration>& its, const std::string& state, uint64_t now_ns,
                               const std::string& job_id);
 std::string job_state(const Normalized& n, const JobSlice& job, double step_ns, size_t iterations);
-
-// Robust statistics shared by the stages.
-double median(std::vector<double> v);
-double mad(const std::vector<double>& v, double med);
-double typical_size(std::vector<double> sizes);
 
 }  // namespace netprism::analysis

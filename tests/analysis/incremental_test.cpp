@@ -130,7 +130,7 @@ TEST(StreamingAnalysis, LongRunStitchedMatchesOfflineWithBoundedWork) {
 }
 
 // The same for pipelines without DP, whose boundaries are the first stage's first activations (their
-// transfers' ends, see timeline.cpp): a tail that starts at such a boundary must still see the whole
+// transfers' ends, see timeline_pipeline.cpp): a tail that starts at such a boundary must still see the whole
 // iteration that begins there, or its first iteration drains early and the stitch disagrees with offline.
 TEST(StreamingAnalysis, LongPipelineRunStitchedMatchesOffline) {
   for (auto [pp, gpipe] : {std::tuple{2, false}, std::tuple{3, true}}) {

@@ -1,0 +1,48 @@
+// Steps of the diagnosis stage (diagnose, diagnosis.cpp) shared between its files: the straggler finding
+// lives in diagnosis_straggler.cpp, the others (slow_iteration, slow_link, hang) and the job state in
+// diagnosis.cpp. Internal to the analysis library.
+#pragma once
+
+#include <cstddef>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "stages.hpp"
+
+namespace netprism::analysis::diagnosis_steps {
+
+// The first two iterations seen carry warm-up (allocator growth, lazy initialisation, connection set-up);
+// they are excluded from baselines and findings.
+inline constexpr size_t kWarmup = 2;
+// A fault is persistent when it holds in at least 3 consecutive iterations (see diagnosis_straggler.cpp for
+// the straggler's reasons; slow_link dates its onset by the same run of 3 transfers).
+inline constexpr size_t kPersist = 3;
+
+inline std::string fmt(const char* f, double a) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, a);
+  return b;
+}
+
+inline std::string ms(double ns) {
+  return fmt("%.1f ms", ns / 1e6);
+}
+
+// First run of `kPersist` consecutive true values; -1 when none.
+inline int first_run(const std::vector<char>& flags) {
+  size_t run = 0;
+  for (size_t i = 0; i < flags.size(); ++i) {
+    run = flags[i] ? run + 1 : 0;
+    if (run >= kPersist) return static_cast<int>(i + 1 - kPersist);
+  }
+  return -1;
+}
+
+// Straggler findings (diagnosis_straggler.cpp): none for a node in `near_slow_link` (a slow link explains
+// the waiting of the nodes it feeds).
+void straggler_findings(const Normalized& n, const JobSlice& job, const Structure& s, const Timeline& t,
+                        const std::vector<Iteration>& its, const std::vector<char>& near_slow_link,
+                        std::vector<Finding>& out);
+
+}  // namespace netprism::analysis::diagnosis_steps

@@ -1,0 +1,57 @@
+// Robust statistics shared by the analysis stages (timeline, diagnosis, parallelism, the streaming engine):
+// one definition each, so every stage rounds and breaks ties alike (the golden outputs depend on it).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace netprism::analysis {
+
+// 1.4826 x MAD estimates the standard deviation of Gaussian noise (1 / Phi^-1(3/4)).
+inline constexpr double kMadToSigma = 1.4826;
+
+// Median; the mean of the two middle values for an even count; 0 for none.
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  size_t m = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(m), v.end());
+  double hi = v[m];
+  if (v.size() % 2) return hi;
+  double lo = *std::max_element(v.begin(), v.begin() + static_cast<long>(m));
+  return (lo + hi) / 2;
+}
+
+// Median absolute deviation of `v` around `med`.
+inline double mad(const std::vector<double>& v, double med) {
+  std::vector<double> d;
+  d.reserve(v.size());
+  for (double x : v) d.push_back(std::fabs(x - med));
+  return median(std::move(d));
+}
+
+// Robust standard deviation of `v` around `med` (kMadToSigma x MAD).
+inline double robust_sigma(const std::vector<double>& v, double med) {
+  return kMadToSigma * mad(v, med);
+}
+
+// Typical size of the messages in `sizes`: the median over those of at least a tenth of the largest, so
+// that small control messages (notifications, barriers) riding the same connection do not drag it down.
+inline double typical_size(std::vector<double> sizes) {
+  if (sizes.empty()) return 0;
+  double top = *std::max_element(sizes.begin(), sizes.end());
+  std::erase_if(sizes, [&](double x) { return x < 0.1 * top; });
+  return median(std::move(sizes));
+}
+
+// Differences between consecutive times (`times` in order): iteration durations from boundaries, the
+// spacing of synchronisation ends.
+inline std::vector<double> spacings(const std::vector<uint64_t>& times) {
+  std::vector<double> d;
+  for (size_t i = 0; i + 1 < times.size(); ++i) d.push_back(static_cast<double>(times[i + 1] - times[i]));
+  return d;
+}
+
+}  // namespace netprism::analysis
