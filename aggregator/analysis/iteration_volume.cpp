@@ -207,9 +207,11 @@ std::vector<uint64_t> iteration_ends(const std::vector<const Xfer*>& xs, const s
   };
   std::vector<double> ev = volumes(ends);
   double V = median(volumes(out)), E = median(ev);
-  // ... or unless some episodes carry clearly less than the others (a synchronisation split in parts, the
-  // rest whole) and the reading has fewer ends: the parts merge back into their iterations.
-  bool split = *std::min_element(ev.begin(), ev.end()) * kMaxVolumeSpread < E && out.size() < ends.size();
+  // ... or unless the episodes carry unequal volumes (some a part of an iteration: a synchronisation split
+  // in parts; some several: iterations whose last bucket never looked complete) while the reading's
+  // iterations carry the same: the reading is the consistent one.
+  auto [lo, hi] = std::minmax_element(ev.begin(), ev.end());
+  bool split = *hi > kMaxVolumeSpread * *lo;
   if (debug::lines_on()) {
     std::string l;
     debug::appendf(l, "iteration volume: reading %zu ends of %.0f bytes, %zu episodes of %.0f, split %d",
