@@ -2,6 +2,7 @@
 // The same function serves the daemon (live, Input::now_ns = wall clock) and `netprism analyze` (offline).
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "analysis.hpp"
 #include "stages.hpp"
@@ -26,10 +27,16 @@ Parallelism parallelism_of(const Normalized& n, const JobSlice& slice, const Str
   p.ep = s.ep;
   p.dp = 1;
   for (const auto& g : s.dp_groups) p.dp = std::max(p.dp, static_cast<int>(g.size()));
-  std::map<std::pair<uint32_t, uint32_t>, int> per_pair;
-  for (uint32_t c : slice.conns) per_pair[std::minmax(n.conns[c].a, n.conns[c].b)]++;
+  // Parallel grouping units per node pair (a long-lived connection, or one endpoint pair's short
+  // connections: message-per-record data opens a connection per message, multi-rail servers an endpoint
+  // pair per rail).
+  std::map<std::pair<uint32_t, uint32_t>, std::set<uint32_t>> per_pair;
+  for (size_t i = 0; i < slice.conns.size(); ++i) {
+    uint32_t c = slice.conns[i];
+    per_pair[std::minmax(n.conns[c].a, n.conns[c].b)].insert(i < slice.unit.size() ? slice.unit[i] : c);
+  }
   std::vector<double> counts;
-  for (auto& [k, v] : per_pair) counts.push_back(v);
+  for (auto& [k, v] : per_pair) counts.push_back(static_cast<double>(v.size()));
   p.tp_hint = static_cast<int>(median(counts) + 0.5);
   return p;
 }

@@ -115,28 +115,36 @@ bool parse_num(std::string_view s, T& v) {
 
 }  // namespace
 
+namespace {
+
+// "IP NODE" lines (# comments, blank lines) into in.addr_node; false and a reason with the line on bad input.
+bool load_topology(const std::string& topology_path, Input& in, std::string& err) {
+  std::ifstream t(topology_path);
+  if (!t) {
+    err = topology_path + ": cannot open topology file";
+    return false;
+  }
+  std::string line;
+  for (size_t ln = 1; std::getline(t, line); ++ln) {
+    std::string_view l = trim(line);
+    if (l.empty() || l[0] == '#') continue;
+    std::istringstream ls{std::string(l)};
+    std::string ip, node, extra;
+    if (!(ls >> ip >> node) || (ls >> extra)) {
+      err = topology_path + ":" + std::to_string(ln) + ": expected 'IP NODE'";
+      return false;
+    }
+    in.addr_node[ip] = node;
+  }
+  return true;
+}
+
+}  // namespace
+
 std::optional<Input> load_csv(const std::string& path, const std::string& topology_path, std::string& err) {
   Input in;
   in.offline = true;
-  if (!topology_path.empty()) {
-    std::ifstream t(topology_path);
-    if (!t) {
-      err = topology_path + ": cannot open topology file";
-      return std::nullopt;
-    }
-    std::string line;
-    for (size_t ln = 1; std::getline(t, line); ++ln) {
-      std::string_view l = trim(line);
-      if (l.empty() || l[0] == '#') continue;
-      std::istringstream ls{std::string(l)};
-      std::string ip, node, extra;
-      if (!(ls >> ip >> node) || (ls >> extra)) {
-        err = topology_path + ":" + std::to_string(ln) + ": expected 'IP NODE'";
-        return std::nullopt;
-      }
-      in.addr_node[ip] = node;
-    }
-  }
+  if (!topology_path.empty() && !load_topology(topology_path, in, err)) return std::nullopt;
 
   LineReader f;
   if (!f.open(path)) {

@@ -292,6 +292,10 @@ std::string job_state(const Normalized& n, const JobSlice& job, double step_ns, 
     }
     if (idle > 0 && static_cast<double>(woke) >= kEndedShare * static_cast<double>(idle)) return "ended";
   }
+  // A recording whose last event is the job's last transfer (a simulator's or collector's export that stops
+  // with the traffic it holds) shows no silence after the job at all: nothing to call a hang, and as far as
+  // the recording goes the job's traffic is complete.
+  if (n.offline && now_ns <= job.last_ns) return "ended";
   // A recording: periodic traffic that stopped without a teardown stopped for good (see Input::offline).
   if (n.offline) return iterations >= 2 ? "hung" : "idle";
   uint64_t quiet = now_ns > job.last_ns ? now_ns - job.last_ns : 0;

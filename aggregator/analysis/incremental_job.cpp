@@ -67,6 +67,9 @@ Normalized StreamingAnalysis::connection_table(uint64_t now_ns) {
     c.last_ns = cs.last_ns;
     c.closed = cs.closed;
     c.label = cs.label;
+    c.addr_a = cs.key.a;
+    c.addr_b = cs.key.b;
+    c.proto = cs.key.proto;
     for (uint32_t f : cs.flows) {
       const FlowSt& fl = flows_[f];
       for (const auto& o : fl.obs)
@@ -165,7 +168,9 @@ void StreamingAnalysis::collect_tail(const Normalized& n, JobSlice& sl, const Hi
   // The job's transfers from its tail on, as normalize() + group_jobs() would list them.
   sl.xfers.clear();
   sl.arrivals.clear();
-  for (uint32_t c : sl.conns)
+  for (size_t ci = 0; ci < sl.conns.size(); ++ci) {
+    // Transfers name their grouping unit's standing connection, as group_jobs() lists them.
+    uint32_t c = sl.conns[ci], unit = sl.unit[ci];
     for (uint32_t f : conns_[c].flows) {
       const FlowSt& fl = flows_[f];
       uint32_t src = fl.fwd ? n.conns[c].a : n.conns[c].b, dst = fl.fwd ? n.conns[c].b : n.conns[c].a;
@@ -176,11 +181,12 @@ void StreamingAnalysis::collect_tail(const Normalized& n, JobSlice& sl, const Hi
         const XRec& x = fl.xs[i];
         if (x.t0 < h.tail_from) continue;
         if (x.obs == fl.chosen)
-          sl.xfers.push_back({src, dst, c, x.t0, x.t1, x.bytes});
+          sl.xfers.push_back({src, dst, unit, x.t0, x.t1, x.bytes});
         else if (x.obs == receiver)
-          sl.arrivals.push_back({src, dst, c, x.t0, x.t1, x.bytes});
+          sl.arrivals.push_back({src, dst, unit, x.t0, x.t1, x.bytes});
       }
     }
+  }
   auto by_time = [](const Xfer& x, const Xfer& y) {
     return std::tie(x.t0, x.t1, x.conn) < std::tie(y.t0, y.t1, y.conn);
   };

@@ -153,6 +153,68 @@ int expert_parallel(const Structure& s, const std::map<std::pair<uint32_t, uint3
   return size;
 }
 
+// Whether a labelling (pp[i]: edge i is a pipeline edge) makes a DP x PP structure (see assign_roles); writes
+// each job node's stage.
+bool structure(const std::vector<EdgeData*>& all, const std::vector<uint32_t>& nodes, size_t N,
+               const std::vector<char>& pp, std::vector<int>& stage) {
+  std::vector<uint32_t> parent(N);
+  std::iota(parent.begin(), parent.end(), 0u);
+  auto find = [&](uint32_t x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  };
+  for (size_t i = 0; i < all.size(); ++i)
+    if (!pp[i]) parent[find(all[i]->e.u)] = find(all[i]->e.v);
+  std::map<uint32_t, size_t> gsize;
+  for (uint32_t v : nodes) gsize[find(v)]++;
+  for (auto& [g, c] : gsize)
+    if (c != gsize.begin()->second) return false;
+  // Votes per ordered group pair (lower root first): positive = the lower root's group is upstream.
+  std::map<std::pair<uint32_t, uint32_t>, double> vote;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (!pp[i]) continue;
+    const EdgeData& d = *all[i];
+    uint32_t gu = find(d.e.u), gv = find(d.e.v);
+    if (gu == gv) return false;
+    double w = d.rev - d.fwd;  // > 0: e.u is upstream
+    if (gu < gv)
+      vote[{gu, gv}] += w;
+    else
+      vote[{gv, gu}] -= w;
+  }
+  std::vector<std::pair<uint32_t, uint32_t>> arcs;  // upstream group -> downstream group
+  for (auto& [k, w] : vote) arcs.push_back(w >= 0 ? k : std::make_pair(k.second, k.first));
+  std::map<uint32_t, int> depth;
+  for (auto& [g, c] : gsize) depth[g] = 0;
+  bool changed = true;
+  for (size_t round = 0; changed; ++round) {
+    if (round > gsize.size()) return false;  // still growing after |groups| rounds: a cycle
+    changed = false;
+    for (auto [a, b] : arcs)
+      if (depth[b] < depth[a] + 1) {
+        depth[b] = depth[a] + 1;
+        changed = true;
+      }
+  }
+  for (uint32_t v : nodes) stage[v] = depth[find(v)];
+  std::map<int, size_t> per_stage;
+  for (uint32_t v : nodes) per_stage[stage[v]]++;
+  for (auto& [st, c] : per_stage)
+    if (c != per_stage.begin()->second) return false;
+  int last = per_stage.rbegin()->first;
+  std::vector<char> down(N, 0), up(N, 0);
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (!pp[i]) continue;
+    uint32_t a = all[i]->e.u, b = all[i]->e.v;
+    if (stage[a] > stage[b]) std::swap(a, b);
+    if (stage[b] != stage[a] + 1) return false;
+    down[a] = up[b] = 1;
+  }
+  for (uint32_t v : nodes)
+    if ((stage[v] < last && !down[v]) || (stage[v] > 0 && !up[v])) return false;
+  return true;
+}
+
 // Roles of a job's edges as one structure rather than edge by edge. Each two-way edge's evidence is the
 // larger of its two negative shares, x; taken alone it reads as pipeline when x >= kPipelineNegativeShare.
 // Timing noise can push single edges across that line: a DP pair whose member waits for a straggler every
@@ -182,65 +244,9 @@ std::vector<char> assign_roles(const std::vector<EdgeData*>& all, const std::vec
   std::vector<char> base(all.size(), 0);
   for (size_t i = 0; i < all.size(); ++i) base[i] = all[i]->two_way && evidence(*all[i]) >= 0;
 
-  auto structure = [&](const std::vector<char>& pp, std::vector<int>& stage) -> bool {
-    std::vector<uint32_t> parent(N);
-    std::iota(parent.begin(), parent.end(), 0u);
-    auto find = [&](uint32_t x) {
-      while (parent[x] != x) x = parent[x] = parent[parent[x]];
-      return x;
-    };
-    for (size_t i = 0; i < all.size(); ++i)
-      if (!pp[i]) parent[find(all[i]->e.u)] = find(all[i]->e.v);
-    std::map<uint32_t, size_t> gsize;
-    for (uint32_t v : nodes) gsize[find(v)]++;
-    for (auto& [g, c] : gsize)
-      if (c != gsize.begin()->second) return false;
-    // Votes per ordered group pair (lower root first): positive = the lower root's group is upstream.
-    std::map<std::pair<uint32_t, uint32_t>, double> vote;
-    for (size_t i = 0; i < all.size(); ++i) {
-      if (!pp[i]) continue;
-      const EdgeData& d = *all[i];
-      uint32_t gu = find(d.e.u), gv = find(d.e.v);
-      if (gu == gv) return false;
-      double w = d.rev - d.fwd;  // > 0: e.u is upstream
-      if (gu < gv)
-        vote[{gu, gv}] += w;
-      else
-        vote[{gv, gu}] -= w;
-    }
-    std::vector<std::pair<uint32_t, uint32_t>> arcs;  // upstream group -> downstream group
-    for (auto& [k, w] : vote) arcs.push_back(w >= 0 ? k : std::make_pair(k.second, k.first));
-    std::map<uint32_t, int> depth;
-    for (auto& [g, c] : gsize) depth[g] = 0;
-    bool changed = true;
-    for (size_t round = 0; changed; ++round) {
-      if (round > gsize.size()) return false;  // still growing after |groups| rounds: a cycle
-      changed = false;
-      for (auto [a, b] : arcs)
-        if (depth[b] < depth[a] + 1) {
-          depth[b] = depth[a] + 1;
-          changed = true;
-        }
-    }
-    for (uint32_t v : nodes) stage[v] = depth[find(v)];
-    std::map<int, size_t> per_stage;
-    for (uint32_t v : nodes) per_stage[stage[v]]++;
-    for (auto& [st, c] : per_stage)
-      if (c != per_stage.begin()->second) return false;
-    int last = per_stage.rbegin()->first;
-    std::vector<char> down(N, 0), up(N, 0);
-    for (size_t i = 0; i < all.size(); ++i) {
-      if (!pp[i]) continue;
-      uint32_t a = all[i]->e.u, b = all[i]->e.v;
-      if (stage[a] > stage[b]) std::swap(a, b);
-      if (stage[b] != stage[a] + 1) return false;
-      down[a] = up[b] = 1;
-    }
-    for (uint32_t v : nodes)
-      if ((stage[v] < last && !down[v]) || (stage[v] > 0 && !up[v])) return false;
-    return true;
+  auto structure = [&](const std::vector<char>& pp, std::vector<int>& stage) {
+    return analysis::structure(all, nodes, N, pp, stage);
   };
-
   // Candidates for relabelling: the two-way edges closest to the threshold.
   std::vector<size_t> cand;
   for (size_t i = 0; i < all.size(); ++i)

@@ -96,6 +96,11 @@ struct Conn {
   uint64_t last_ns = 0;
   bool closed = false;  // FIN or RST seen in either direction by any observer
   std::string label;    // "src:port<->dst:port" for evidence text
+  // The endpoint pair regardless of ports: interned address ids in ConnKey order, and the protocol. The
+  // short connections of one pair (one record per message: a QP or source port per RDMA message, NCCL's
+  // several QPs per peer) are one grouping unit (see job_grouping.cpp).
+  uint32_t addr_a = 0, addr_b = 0;
+  uint8_t proto = 0;
 };
 
 struct Normalized {
@@ -120,12 +125,18 @@ Normalized normalize(const Input& in);
 struct JobSlice {
   std::vector<uint32_t> nodes;  // node indices, sorted by name
   std::vector<uint32_t> conns;  // training connections
-  std::vector<Xfer> xfers;      // transfers on those connections, sorted by t0
-  std::vector<Xfer> arrivals;   // the receivers' views of those transfers where seen (Normalized::arrivals)
+  // Aligned with conns: the connection that stands for each one's grouping unit (itself for a long-lived
+  // connection; one connection of the pool for the short connections of one endpoint pair). Transfers carry
+  // it as their `conn`, so "one connection per rank pair" holds for message-per-record data as well.
+  std::vector<uint32_t> unit;
+  std::vector<Xfer> xfers;     // transfers on those connections, sorted by t0
+  std::vector<Xfer> arrivals;  // the receivers' views of those transfers where seen (Normalized::arrivals)
   uint64_t first_ns = 0;
   uint64_t last_ns = 0;
 };
 
+// Grouping unit of every connection (see job_grouping.cpp): the index of the connection standing for it.
+std::vector<uint32_t> grouping_units(const Normalized& n);
 // True when a connection carries training traffic by volume (see job_grouping.cpp for the thresholds).
 std::vector<bool> training_connections(const Normalized& n);
 std::vector<JobSlice> group_jobs(const Normalized& n);
@@ -165,7 +176,12 @@ struct Timeline {
   };
   std::vector<std::vector<GroupSync>> syncs;  // [iteration][group]
 };
-// Ends of each synchronisation of DP group `group` (index into Structure::dp_groups), in time order.
+// The iteration ends among a DP group's synchronisation ends (iteration_volume.cpp): all of them when each
+// iteration synchronises once; with bucketed synchronisations overlapping the backward pass, the ones after
+// which the same gradient volume has been synchronised again. xs: the group's DP transfers, sorted by t0.
+std::vector<uint64_t> iteration_ends(const std::vector<const Xfer*>& xs, const std::vector<uint64_t>& ends);
+// Ends of each iteration's synchronisation of DP group `group` (index into Structure::dp_groups), in time
+// order.
 std::vector<uint64_t> sync_ends(const JobSlice& job, const Structure& s, int group);
 Timeline build_timeline(const Normalized& n, const JobSlice& job, const Structure& s);
 

@@ -183,6 +183,7 @@ std::vector<uint64_t> sync_ends(const JobSlice& job, const Structure& s, int gro
   size_t extended = extend_by_arrivals(ep, job, s, group);
   // An extension never passes the next episode's start, but keep order.
   std::sort(ep.ends.begin(), ep.ends.end());
+  ep.ends = iteration_ends(dp.xfers, ep.ends);  // bucketed synchronisations: one end per iteration
   if (debug::lines_on()) {
     std::string l;
     debug::appendf(l, "group %d: %zu dirs, %zu bursts, thr %.1f ms, %zu syncs, %zu ends extended by arrivals",

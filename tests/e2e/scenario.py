@@ -46,10 +46,23 @@ SCENARIOS = {
     # running beside the 4 ranks on the 2 cores (load average ~6), the condition under which stage inference
     # once failed. A fresh run of this entry has no burners unless the host is busy already.
     "straggler_loaded": ["--dp", "2", "--pp", "2", "--iters", "24", "--fault", "straggler:node=n2,factor=1.3,from=12"],
+    # The second real training stack (issue 17): OpenMPI ranks launched by mpirun across the namespaces
+    # (train_mpi.py), data-parallel over 4 nodes. Horovod-style: 4 gradient buckets all-reduced by a background
+    # thread while the backward pass still runs (each bucket looks like a synchronisation of its own); ZeRO-style:
+    # bucketed reduce-scatter during the backward pass, then all-gather of the updated shards (a pattern gloo
+    # does not make). OpenMPI picks its own algorithms (recursive doubling / ring by size).
+    "mpi_dp4_allreduce": ["--stack", "mpi", "--dp", "4", "--pp", "1", "--iters", "14", "--fwd-ms", "150"],
+    "mpi_dp4_zero": ["--stack", "mpi", "--pattern", "zero", "--dp", "4", "--pp", "1", "--iters", "14", "--fwd-ms",
+                     "150"],
+    # PyTorch DDP on gloo: one gradient bucket per block, all-reduced while the backward pass still runs.
+    "ddp_dp4": ["--ddp", "--dp", "4", "--pp", "1", "--depth", "4", "--micro-batches", "1", "--iters", "14",
+                "--fwd-ms", "100"],
+    "mpi_straggler": ["--stack", "mpi", "--dp", "4", "--pp", "1", "--iters", "14", "--fwd-ms", "150", "--fault",
+                      "straggler:node=n1,factor=1.4,from=6"],
 }
 
 # Live mode costs more CPU (an agent per node, the aggregator, CLI polling): the shapes and every fault.
-LIVE = ["dp2pp2tp2_1f1b", "two_jobs", "straggler", "slowlink", "hang", "pause"]
+LIVE = ["dp2pp2tp2_1f1b", "two_jobs", "straggler", "slowlink", "hang", "pause", "mpi_dp4_allreduce", "mpi_straggler"]
 
 # Which CTest suite runs each scenario, per mode: "default" (every `ctest` / scripts/test run) or "campaign"
 # (on demand, `ctest -L campaign`: the fresh-run accuracy campaign whose strict scores go in the closing

@@ -61,7 +61,8 @@ def start_watchdog(run_id):
 
 # --- job and fault specifications ------------------------------------------------------------------------
 JOB_KEYS = {"delay": float, "dp": int, "pp": int, "tp": int, "schedule": str, "iters": int, "micro_batches": int,
-            "micro_batch_size": int, "width": int, "depth": int, "compute": str, "fwd_ms": float}
+            "micro_batch_size": int, "width": int, "depth": int, "compute": str, "fwd_ms": float, "stack": str,
+            "pattern": str, "buckets": int, "ddp": int}
 
 
 def parse_kv(text, what):
@@ -88,6 +89,11 @@ def job_specs(a):
     for j in jobs:
         if j["schedule"] not in ("1f1b", "gpipe"):
             raise ValueError(f"{j['name']}: schedule must be 1f1b or gpipe")
+        if j["stack"] not in ("gloo", "mpi"):
+            raise ValueError(f"{j['name']}: stack must be gloo or mpi")
+        if j["stack"] == "mpi" and (j["pp"] != 1 or j["tp"] != 1 or j["pattern"] not in ("allreduce", "zero")):
+            raise ValueError(f"{j['name']}: the mpi stack trains data-parallel only (pp=1, tp=1), "
+                             "pattern allreduce or zero")
         if min(j["dp"], j["pp"], j["tp"], j["iters"], j["micro_batches"]) < 1:
             raise ValueError(f"{j['name']}: dp, pp, tp, iters, micro_batches must be >= 1")
         j["node_base"] = base_node
@@ -253,9 +259,44 @@ def cmd_run(a):
                 line = p.stderr.readline()
                 if "listening" not in line:
                     raise RuntimeError(f"tcpdump on n{k} failed: {line.strip()}")
+        def launch_mpi(j, jt):
+            """One mpirun on the host for the whole job: its rsh agent (netns_rsh) starts an orted in every
+            node's namespace, which starts the rank there. Both OpenMPI's own wire-up (oob) and the ranks'
+            traffic (btl tcp) stay on the cluster's subnet; ranks yield the CPU while they wait (2 shared
+            cores: busy-polling ranks starve each other, measured 1.2 s instead of 15 ms per synchronisation)."""
+            nodes = j["nodes"]
+            subnet = f"{cl.SUBNET_BASE}.{c.octet}.0/24"
+            argv = ["mpirun", "--allow-run-as-root", "--mca", "plm_rsh_agent", os.path.join(HERE, "netns_rsh"),
+                    "--host", ",".join(f"{c.ns(c.index(n))}:1" for n in nodes), "-np", str(len(nodes)),
+                    "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", subnet, "--mca",
+                    "oob_tcp_if_include", subnet, "--mca", "mpi_yield_when_idle", "1",
+                    "nice", "-n", str(a.nice), PY, os.path.join(HERE, "train_mpi.py"), "--nodes", ",".join(nodes),
+                    "--job", j["name"], "--pattern", j["pattern"], "--iters", str(j["iters"]), "--fwd-ms",
+                    str(j["fwd_ms"]), "--buckets", str(j["buckets"]), "--truth", jt, "--start-delay",
+                    str(j["delay"])]
+            for f in faults:
+                if f["job"] != j["name"]:
+                    continue
+                if f["kind"] == "straggler":
+                    argv += ["--straggler-rank", str(f["rank"]), "--straggler-factor", str(f["factor"]),
+                             "--straggler-from", str(f["from"])]
+                if f["kind"] == "hang":
+                    argv += ["--hang-rank", str(f["rank"]), "--hang-at", str(f["at"])]
+                if f["kind"] == "pause":
+                    argv += ["--pause-at", str(f["at"]), "--pause-seconds", str(f["seconds"])]
+            log = open(os.path.join(out, "logs", f"{j['name']}.mpirun.log"), "w")
+            p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 env=dict(os.environ, OMP_NUM_THREADS="1",
+                                          NP_OMPI_TMP=os.path.join(out, "logs", "ompi")))
+            c.track(p.pid)
+            procs.append((j, 0, p))
+
         def launch(j):
             jt = os.path.join(out, "truth", j["name"])
             os.makedirs(jt, exist_ok=True)
+            if j["stack"] == "mpi":
+                j["launched_at"] = time.time()
+                return launch_mpi(j, jt)
             master = f"{c.ip(j['node_base'])}:{random.randrange(20000, 40000)}"
             world = j["dp"] * j["pp"] * j["tp"]
             j["launched_at"] = time.time()
@@ -267,6 +308,8 @@ def cmd_run(a):
                         "--micro-batch-size", str(j["micro_batch_size"]), "--width", str(j["width"]),
                         "--depth", str(j["depth"]), "--iters", str(j["iters"]), "--truth", jt,
                         "--compute", j["compute"], "--fwd-ms", str(j["fwd_ms"]), "--start-delay", str(j["delay"])]
+                if j["ddp"]:
+                    argv.append("--ddp")
                 for f in faults:
                     if f["job"] != j["name"]:
                         continue
@@ -485,6 +528,13 @@ def main(argv=None):
                        help="emulated GPU time per micro-batch (default) or CPU-bound matmuls only")
         r.add_argument("--fwd-ms", type=float, default=30.0, help="emulated forward ms per micro-batch")
         r.add_argument("--depth", type=int, default=2)
+        r.add_argument("--stack", default="gloo", choices=["gloo", "mpi"],
+                       help="gloo: PyTorch (train.py); mpi: OpenMPI data-parallel (train_mpi.py, pp=tp=1)")
+        r.add_argument("--pattern", default="allreduce", choices=["allreduce", "zero"],
+                       help="mpi: Horovod-style bucketed all-reduce, or ZeRO reduce-scatter + all-gather")
+        r.add_argument("--buckets", type=int, default=4, help="mpi: gradient buckets per iteration")
+        r.add_argument("--ddp", action="store_true",
+                       help="gloo: PyTorch DDP, one bucket per block, overlapping the backward pass (pp=tp=1)")
         r.add_argument("--cluster", help="run on this `up` cluster (left up) instead of a fresh one")
         r.add_argument("--also", action="append", help="another job at once: key=value,... overriding the above")
         r.add_argument("--fault", action="append", help="see the description")

@@ -24,6 +24,7 @@ Ground truth (one JSON object per line, truth/rank<R>.jsonl):
 Times are time.time() (CLOCK_REALTIME seconds), comparable with netprism's Unix-epoch nanoseconds.
 """
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -68,12 +69,17 @@ def parse():
                          "torch start-up, which loads the 2 cores for seconds, then happens before the other "
                          "job's measured iterations rather than in the middle of them)")
     ap.add_argument("--timeout", type=float, default=900, help="gloo timeout, seconds")
+    ap.add_argument("--ddp", action="store_true",
+                    help="PyTorch DistributedDataParallel (pp = tp = 1): one gradient bucket per MLP block, each "
+                         "all-reduced by DDP as soon as its block's backward is done, overlapping the rest")
     a = ap.parse_args()
     a.world = a.dp * a.pp * a.tp
     if not 0 <= a.rank < a.world:
         ap.error("rank out of range")
     if a.width % a.tp:
         ap.error("width must be divisible by tp")
+    if a.ddp and (a.pp != 1 or a.tp != 1):
+        ap.error("--ddp trains data-parallel only (pp = tp = 1)")
     return a
 
 
@@ -107,6 +113,22 @@ class _AllReduceBwd(torch.autograd.Function):
         return g, None
 
 
+class _EmulatedBackward(torch.autograd.Function):
+    """--ddp: identity in forward; in backward the emulated GPU computes one block's backward (a wait of
+    `seconds`) before that block's gradients are ready, so DDP's bucket hooks fire one block at a time while
+    the backward pass goes on, as on a GPU."""
+
+    @staticmethod
+    def forward(ctx, x, seconds):
+        ctx.seconds = seconds
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        time.sleep(ctx.seconds)
+        return g, None
+
+
 def gpu_wait(until):
     """The emulated GPU is busy until `until` (perf_counter): the host thread waits without computing, as a
     CUDA stream sync would. Sleeping (not spinning) keeps the 2 shared cores free for the other ranks, so each
@@ -128,6 +150,7 @@ class Stage(torch.nn.Module):
     def __init__(self, a, tp_group):
         super().__init__()
         self.tp_group = tp_group if a.tp > 1 else None
+        self.block_bwd_s = 0.0  # --ddp: emulated backward seconds per block (set every iteration)
         w, h = a.width, a.width // a.tp
         g = torch.Generator().manual_seed(1234 + a.rank)
         self.A = torch.nn.ParameterList(
@@ -141,6 +164,8 @@ class Stage(torch.nn.Module):
             y = torch.tanh(y @ A) @ B
             y = _AllReduceFwd.apply(y, self.tp_group) if self.tp_group else y
             x = x + 0.5 * torch.tanh(y)
+            if self.block_bwd_s > 0:
+                x = _EmulatedBackward.apply(x, self.block_bwd_s)
         return x
 
 
@@ -173,6 +198,11 @@ def main():
 
     model = Stage(a, tp_group)
     params = list(model.parameters())
+    stage_model = model
+    if a.ddp and dp_group is not None:
+        # One bucket per block: a block's two matrices (width x width floats each).
+        block_mb = 2 * a.width * a.width * 4 / 2**20
+        model = torch.nn.parallel.DistributedDataParallel(model, process_group=dp_group, bucket_cap_mb=block_mb)
     torch.manual_seed(99 + dp_rank)  # same data for the TP ranks of one replica
     M, mbs, W = a.micro_batches, a.micro_batch_size, a.width
 
@@ -222,12 +252,18 @@ def main():
                 dist.irecv(x, src=prev_rank, tag=2 * m).wait()
                 x.requires_grad_(True)
             t0 = time.perf_counter()
-            y = model(x)
+            # DDP synchronises on the last micro-batch only: the earlier ones' forward and backward run under
+            # no_sync (gradient accumulation, as DDP requires: the forward decides whether the backward syncs).
+            with model.no_sync() if a.ddp and dp_group is not None and m < M - 1 else contextlib.nullcontext():
+                y = model(x)
             inputs[m], outputs[m] = x, y
             finish(i, t0, a.fwd_ms)
             if next_rank is not None:
                 out = y.detach()
                 sends.append((dist.isend(out, dst=next_rank, tag=2 * m), out))
+
+        if a.ddp:
+            stage_model.block_bwd_s = 2 * a.fwd_ms / 1000.0 / a.depth * (a.straggler_factor if straggling(i) else 1.0)
 
         def bwd(m):
             y = outputs[m]
@@ -240,7 +276,8 @@ def main():
                 dist.irecv(g, src=next_rank, tag=2 * m + 1).wait()
                 t0 = time.perf_counter()
                 torch.autograd.backward(y, g)
-            finish(i, t0, 2 * a.fwd_ms)
+            if not a.ddp:  # --ddp: the backward's emulated compute ran inside autograd
+                finish(i, t0, 2 * a.fwd_ms)
             if prev_rank is not None:
                 gx = inputs[m].grad
                 sends.append((dist.isend(gx, dst=prev_rank, tag=2 * m + 1), gx))
@@ -264,7 +301,7 @@ def main():
             h.wait()
         t_compute = time.time()
         flat = torch.cat([p.grad.reshape(-1) for p in params])
-        if dp_group is not None:
+        if dp_group is not None and not a.ddp:  # DDP averaged the gradients during the backward pass
             dist.all_reduce(flat, group=dp_group)
             flat /= a.dp
         t_sync = time.time()
