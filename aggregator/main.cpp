@@ -13,12 +13,14 @@
 #include <filesystem>
 #include <thread>
 
+#include "daemon/http_api.hpp"
 #include "daemon/ingest.hpp"
 #include "daemon/live_analysis.hpp"
 #include "daemon/log.hpp"
 #include "daemon/query_server.hpp"
 #include "daemon/registry.hpp"
 #include "daemon/settings.hpp"
+#include "daemon/webhooks.hpp"
 #include "netprism/cli.hpp"
 #include "netprism/version.hpp"
 
@@ -81,13 +83,22 @@ int main(int argc, char** argv) {
     daemon::Ingest ingest(ctx, s, reg, live);
     daemon::QueryServer query(ctx, s, reg, live, own);
     live.preload();
+    // Optional operator endpoints (http_api.hpp, webhooks.hpp); each is a thread of its own, off ingest's path.
+    std::unique_ptr<daemon::HttpApi> http;
+    if (!s.http_listen.empty()) http = std::make_unique<daemon::HttpApi>(s, query, live);
+    std::unique_ptr<daemon::Webhooks> hooks;
+    if (!s.webhooks.empty()) hooks = std::make_unique<daemon::Webhooks>(s.webhooks, live);
     daemon::log_line(std::string("version ") + std::string(kVersion) + " listening on " + s.listen +
-                     ", queries on " + s.query + ", data in " + s.data_dir);
+                     ", queries on " + s.query + (http ? ", HTTP on " + s.http_listen : "") +
+                     ", data in " + s.data_dir);
 
     {
       std::jthread t_ingest([&](std::stop_token st) { ingest.run(st); });
       std::jthread t_live([&](std::stop_token st) { live.run(st); });
       std::jthread t_query([&](std::stop_token st) { query.run(st); });
+      std::jthread t_http, t_hooks;
+      if (http) t_http = std::jthread([&](std::stop_token st) { http->run(st); });
+      if (hooks) t_hooks = std::jthread([&](std::stop_token st) { hooks->run(st); });
       int sig = 0;
       sigwait(&sigs, &sig);
       daemon::log_line(std::string("stopping on ") + strsignal(sig));

@@ -148,6 +148,20 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
   throw BadRequest("unknown command '" + cmd + "'");
 }
 
+nlohmann::json QueryServer::answer(const nlohmann::json& req) {
+  std::lock_guard lk(mu_);
+  try {
+    return {{"ok", true}, {"result", handle(req)}};
+  } catch (const NotFound& e) {
+    return {{"ok", false}, {"error", e.what()}, {"not_found", true}};
+  } catch (const BadRequest& e) {
+    return {{"ok", false}, {"error", e.what()}, {"bad_request", true}};
+  } catch (const std::exception& e) {
+    log_line(std::string("query failed: ") + e.what());
+    return {{"ok", false}, {"error", std::string("aggregator error: ") + e.what()}};
+  }
+}
+
 void QueryServer::run(std::stop_token stop) {
   while (!stop.stop_requested()) {
     zmq::pollitem_t items[] = {{rep_.handle(), 0, ZMQ_POLLIN, 0}};
@@ -162,19 +176,10 @@ void QueryServer::run(std::stop_token stop) {
       (void)rep_.recv(more, zmq::recv_flags::none);
       if (text.size() < kMaxRequestBytes) text += more.to_string();
     }
-    nlohmann::json reply;
-    try {
-      auto req = nlohmann::json::parse(text, nullptr, false);
-      if (req.is_discarded()) throw BadRequest("request is not valid JSON");
-      reply = {{"ok", true}, {"result", handle(req)}};
-    } catch (const NotFound& e) {
-      reply = {{"ok", false}, {"error", e.what()}, {"not_found", true}};
-    } catch (const BadRequest& e) {
-      reply = {{"ok", false}, {"error", e.what()}, {"bad_request", true}};
-    } catch (const std::exception& e) {
-      log_line(std::string("query failed: ") + e.what());
-      reply = {{"ok", false}, {"error", std::string("aggregator error: ") + e.what()}};
-    }
+    auto req = nlohmann::json::parse(text, nullptr, false);
+    auto reply = req.is_discarded()
+                     ? nlohmann::json{{"ok", false}, {"error", "request is not valid JSON"}, {"bad_request", true}}
+                     : answer(req);
     auto out = reply.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     (void)rep_.send(zmq::buffer(out), zmq::send_flags::none);
   }

@@ -4,6 +4,7 @@
 // A bad request gets an error reply, never silence, so a client never waits for its timeout.
 #pragma once
 
+#include <mutex>
 #include <stop_token>
 
 #include <zmq.hpp>
@@ -20,12 +21,15 @@ class QueryServer {
               store::OwnTraffic own);
   void run(std::stop_token stop);
   nlohmann::json handle(const nlohmann::json& req);  // exposed for in-process use
+  // One request -> its reply document (the envelope above); safe to call from other threads (the HTTP API).
+  nlohmann::json answer(const nlohmann::json& req);
 
  private:
   const Settings& s_;
   Registry& reg_;
   LiveAnalysis& live_;
   store::OwnTraffic own_;
+  std::mutex mu_;  // answer(): the ZeroMQ and HTTP threads share reader_
   std::unique_ptr<store::Store> reader_;
   zmq::socket_t rep_;
 };
