@@ -83,14 +83,15 @@ int main(int argc, char** argv) {
     daemon::Ingest ingest(ctx, s, reg, live);
     daemon::QueryServer query(ctx, s, reg, live, own);
     live.preload();
-    // Optional operator endpoints (http_api.hpp, webhooks.hpp); each is a thread of its own, off ingest's path.
+    // Optional operator endpoints (http_api.hpp, webhooks.hpp); each is a thread of its own, off ingest's
+    // path.
     std::unique_ptr<daemon::HttpApi> http;
     if (!s.http_listen.empty()) http = std::make_unique<daemon::HttpApi>(s, query, live);
     std::unique_ptr<daemon::Webhooks> hooks;
     if (!s.webhooks.empty()) hooks = std::make_unique<daemon::Webhooks>(s.webhooks, live);
     daemon::log_line(std::string("version ") + std::string(kVersion) + " listening on " + s.listen +
-                     ", queries on " + s.query + (http ? ", HTTP on " + s.http_listen : "") +
-                     ", data in " + s.data_dir);
+                     ", queries on " + s.query + (http ? ", HTTP on " + s.http_listen : "") + ", data in " +
+                     s.data_dir);
 
     {
       std::jthread t_ingest([&](std::stop_token st) { ingest.run(st); });

@@ -105,9 +105,10 @@ struct HttpApi::Impl {
   void routes() {
     svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { metrics(res); });
     for (const char* cmd : {"status", "jobs", "report"})
-      svr.Get(std::string("/api/v1/") + cmd, [this, cmd](const httplib::Request& req, httplib::Response& res) {
-        document(req, res, {{"cmd", cmd}});
-      });
+      svr.Get(std::string("/api/v1/") + cmd,
+              [this, cmd](const httplib::Request& req, httplib::Response& res) {
+                document(req, res, {{"cmd", cmd}});
+              });
     svr.Get(R"(/api/v1/(job|timeline|diagnose)/([^/]+))",
             [this](const httplib::Request& req, httplib::Response& res) {
               document(req, res, {{"cmd", req.matches[1].str()}, {"id", req.matches[2].str()}});
@@ -150,7 +151,8 @@ HttpApi::~HttpApi() = default;
 void HttpApi::run(std::stop_token stop) {
   // httplib's stop() only acts once the accept loop runs: wait for that (or for the loop to have ended).
   std::stop_callback on_stop(stop, [this] {
-    while (!impl_->svr.is_running() && !impl_->finished) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    while (!impl_->svr.is_running() && !impl_->finished)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     impl_->svr.stop();
   });
   if (!impl_->svr.listen_after_bind()) log_line("http: the HTTP endpoint stopped serving");

@@ -1,6 +1,6 @@
 // The aggregator's HTTP endpoint (contracts.md, "HTTP"): `GET /metrics` (Prometheus text, no auth) and the
-// read-only JSON API `GET /api/v1/status|jobs|report|job/ID|timeline/ID|diagnose/ID`, whose bodies are exactly
-// the CLI's `--json` documents (the query server builds both). With a token file, /api/v1 requires
+// read-only JSON API `GET /api/v1/status|jobs|report|job/ID|timeline/ID|diagnose/ID`, whose bodies are
+// exactly the CLI's `--json` documents (the query server builds both). With a token file, /api/v1 requires
 // `Authorization: Bearer TOKEN` (401 otherwise). Raw data (flows, dump) needs the ZeroMQ query socket's admin
 // role and is not served here at all.
 #pragma once

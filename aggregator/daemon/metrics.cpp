@@ -68,7 +68,8 @@ void ingest_metrics(Builder& b, const json& st) {
   }
   auto& rejected = b.counter("netprism_ingest_rejected_total", "malformed messages rejected, by reason");
   rejected.Add({{"reason", "all"}}).Increment(num(in, "rejected"));
-  for (const auto& [reason, n] : in.value("rejected_by_reason", json::object()).items())
+  const json reasons = in.value("rejected_by_reason", json::object());  // items() needs a live object
+  for (const auto& [reason, n] : reasons.items())
     rejected.Add({{"reason", reason}}).Increment(n.is_number() ? n.get<double>() : 0.0);
   b.total("netprism_ingest_commits_total", "successful store commits", num(in, "commits"));
   b.total("netprism_ingest_commit_seconds_total", "time spent applying and committing message groups",
@@ -83,7 +84,8 @@ void ingest_metrics(Builder& b, const json& st) {
         store.value("commit_failing", false) ? 1 : 0);
 
   const json an = st.value("analysis", json::object());
-  b.set("netprism_analysis_pass_seconds", "duration of the last live analysis pass", num(an, "took_ms") / 1e3);
+  b.set("netprism_analysis_pass_seconds", "duration of the last live analysis pass",
+        num(an, "took_ms") / 1e3);
   b.set("netprism_analysis_last_pass_timestamp_seconds", "when the last analysis pass ran (0: none yet)",
         num(an, "last_run_ns") / 1e9);
   b.set("netprism_analysis_window_events", "transfers kept by the live analysis", num(an, "window_events"));
@@ -94,7 +96,8 @@ void ingest_metrics(Builder& b, const json& st) {
 // Agent counters relayed from HEARTBEATs and batches: levels are gauges, dropped_* one counter by reason,
 // probe_* one counter by name, the rest one counter by name (the set is fixed by the agent's code).
 void agent_counter_metrics(Builder& b, const std::string& node, const json& counters) {
-  auto& dropped = b.counter("netprism_agent_dropped_records_total", "records an agent had to drop, by reason");
+  auto& dropped =
+      b.counter("netprism_agent_dropped_records_total", "records an agent had to drop, by reason");
   auto& probe = b.counter("netprism_agent_probe_events_total", "kernel probe counters, by name");
   auto& other = b.counter("netprism_agent_events_total", "agent delivery counters, by name");
   for (const auto& [name, v] : counters.items()) {
@@ -151,7 +154,8 @@ void finding_metrics(Builder& b, const analysis::Job& j) {
   for (const char* k : kFindingKinds) count.Add({{"job_id", j.id}, {"kind", k}}).Set(by_kind[k]);
   for (const auto& [k, n] : by_kind)
     count.Add({{"job_id", j.id}, {"kind", k}}).Set(n);  // a kind newer than this list
-  auto& sev = b.gauge("netprism_finding_severity", "a finding's severity, by kind and subject (node or link)");
+  auto& sev =
+      b.gauge("netprism_finding_severity", "a finding's severity, by kind and subject (node or link)");
   for (const auto& [key, s] : severity)
     sev.Add({{"job_id", j.id}, {"kind", key.first}, {"subject", key.second}}).Set(s);
 }
@@ -178,8 +182,10 @@ void job_metrics(Builder& b, const json& report, const std::vector<analysis::Job
     b.set("netprism_job_time_lost_ratio", "share of the observed time lost to the diagnosed causes",
           num(row, "time_lost_share"), l);
     auto& lost = b.gauge("netprism_job_time_lost_seconds", "wall time lost, by cause");
-    for (const auto& [cause, v] : row.value("time_lost_s", json::object()).items())
-      if (cause != "total" && v.is_number()) lost.Add({{"job_id", j.id}, {"cause", cause}}).Set(v.get<double>());
+    const json causes = row.value("time_lost_s", json::object());  // items() needs a live object
+    for (const auto& [cause, v] : causes.items())
+      if (cause != "total" && v.is_number())
+        lost.Add({{"job_id", j.id}, {"cause", cause}}).Set(v.get<double>());
     const std::pair<const char*, int> degrees[] = {{"dp", j.parallelism.dp},
                                                    {"pp", j.parallelism.pp},
                                                    {"tp", j.parallelism.tp_hint},
@@ -200,8 +206,11 @@ std::string render_metrics(const json& status, const json& report, const std::ve
   agent_metrics(b, status);
   job_metrics(b, report, jobs);
   const json fleet = report.value("fleet", json::object());
-  b.set("netprism_fleet_node_hours", "node-hours of training observed", num(fleet, "node_hours"));
-  b.set("netprism_fleet_node_hours_lost", "node-hours lost to the diagnosed causes", num(fleet, "node_hours_lost"));
+  // The report's node-hours, in base units (node-seconds).
+  b.set("netprism_fleet_observed_node_seconds", "node time of training observed",
+        num(fleet, "node_hours") * 3600);
+  b.set("netprism_fleet_lost_node_seconds", "node time lost to the diagnosed causes",
+        num(fleet, "node_hours_lost") * 3600);
   return prometheus::TextSerializer().Serialize(b.collect());
 }
 

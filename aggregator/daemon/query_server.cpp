@@ -177,9 +177,10 @@ void QueryServer::run(std::stop_token stop) {
       if (text.size() < kMaxRequestBytes) text += more.to_string();
     }
     auto req = nlohmann::json::parse(text, nullptr, false);
-    auto reply = req.is_discarded()
-                     ? nlohmann::json{{"ok", false}, {"error", "request is not valid JSON"}, {"bad_request", true}}
-                     : answer(req);
+    auto reply =
+        req.is_discarded()
+            ? nlohmann::json{{"ok", false}, {"error", "request is not valid JSON"}, {"bad_request", true}}
+            : answer(req);
     auto out = reply.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     (void)rep_.send(zmq::buffer(out), zmq::send_flags::none);
   }

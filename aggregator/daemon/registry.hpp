@@ -56,12 +56,12 @@ class Registry {
   int64_t on_seen(const std::string& node, uint64_t sent_ns, uint64_t now_ns, const Counters* counters,
                   uint64_t add_records);
   void count_reject(const std::string& reason);
-  // One commit's outcome; now_ns: when the group's processing began (its latency is measured from there). Returns the log line to write, or "" when this one is not worth a line. A failure
-  // starts a failing period; it ends with the first successful commit kCommitRecoveryNs after the last
-  // failure: a nearly full disk lets commits through between failures (a checkpoint frees WAL space), and
-  // without that hysteresis every such flap would log twice. The period's first failure, every
-  // kCommitFailureLogEvery-th after it (a full disk fails several commits per second) and its end are logged;
-  // commit_failures counts every one.
+  // One commit's outcome; now_ns: when the group's processing began (its latency is measured from there).
+  // Returns the log line to write, or "" when this one is not worth a line. A failure starts a failing
+  // period; it ends with the first successful commit kCommitRecoveryNs after the last failure: a nearly full
+  // disk lets commits through between failures (a checkpoint frees WAL space), and without that hysteresis
+  // every such flap would log twice. The period's first failure, every kCommitFailureLogEvery-th after it (a
+  // full disk fails several commits per second) and its end are logged; commit_failures counts every one.
   std::string on_commit(bool ok, const std::string& error, std::size_t messages, uint64_t now_ns);
   static constexpr uint64_t kCommitFailureLogEvery = 100;
   static constexpr uint64_t kCommitRecoveryNs = 5'000'000'000ull;

@@ -36,7 +36,8 @@ void add_operator_options(CLI::App& app, Settings& s, config::Schema& schema, Fr
       return true;
     });
   }
-  auto* hooks = app.add_option("--webhook", s.webhooks, "POST findings and job state changes here (repeatable)");
+  auto* hooks =
+      app.add_option("--webhook", s.webhooks, "POST findings and job state changes here (repeatable)");
   schema["webhooks.urls"] = config::Type::kStringList;
   from_file.emplace_back(hooks, [v = &s.webhooks](const config::Values& vals) {
     if (auto x = config::get<std::vector<std::string>>(vals, "webhooks.urls")) *v = *x;

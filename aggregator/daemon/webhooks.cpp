@@ -37,7 +37,8 @@ struct Url {
 
 Url parse_url(const std::string& url) {
   auto scheme = url.find("://");
-  if (scheme == std::string::npos || (url.compare(0, scheme, "http") != 0 && url.compare(0, scheme, "https") != 0))
+  if (scheme == std::string::npos ||
+      (url.compare(0, scheme, "http") != 0 && url.compare(0, scheme, "https") != 0))
     throw std::runtime_error("webhook URL must start with http:// or https://, got '" + url + "'");
   auto slash = url.find('/', scheme + 3);
   if (slash == scheme + 3) throw std::runtime_error("webhook URL has no host: '" + url + "'");
@@ -141,7 +142,8 @@ struct Webhooks::Sender {
 };
 
 Webhooks::Webhooks(const std::vector<std::string>& urls, LiveAnalysis& live)
-    : live_(live), tracker_(live.latest() ? live.latest()->jobs : std::vector<analysis::Job>{}),
+    : live_(live),
+      tracker_(live.latest() ? live.latest()->jobs : std::vector<analysis::Job>{}),
       boot_ns_(now_unix_ns()) {
   for (const auto& u : urls) senders_.push_back(std::make_unique<Sender>(u));
 }
