@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "client.hpp"
+#include "html_report.hpp"
 #include "netprism/cli.hpp"
 #include "offline.hpp"
 #include "render.hpp"
@@ -134,6 +135,8 @@ int main(int argc, char** argv) {
   rep->add_option("--topology", topology, "with --input: file of 'IP NODE' lines");
   rep->add_flag("--watch", watch, "refresh continuously, like top");
   rep->add_option("--interval", interval, "seconds between refreshes")->check(CLI::Range(0.1, 3600.0));
+  std::string html_file;
+  rep->add_option("--html", html_file, "write the report as one self-contained HTML page (charts) here");
 
   std::string output;
   auto* rec =
@@ -176,8 +179,21 @@ int main(int argc, char** argv) {
       auto r = cli::analyze_recording(input, format, topology, err);
       if (!r) return cli::fail("netprism", err);
       auto doc = cli::fleet_report(r->result.jobs, r->now_ns);
+      if (!html_file.empty())
+        return cli::write_html_report(html_file, doc, cli::html_jobs(r->result.jobs), as_json);
       std::cout << (as_json ? doc.dump() + "\n" : cli::render_report(doc));
       return cli::kExitOk;
+    }
+    if (!html_file.empty()) {
+      if (watch) {
+        std::cerr << "netprism: report: --html writes one page, not with --watch (see --help)\n";
+        return cli::kExitUsage;
+      }
+      cli::CallError err;
+      auto doc = client.call({{"cmd", "report"}}, err);
+      auto jobs = doc ? cli::fetch_html_jobs(client, *doc, err) : std::nullopt;
+      if (!jobs) return report(err);
+      return cli::write_html_report(html_file, *doc, *jobs, as_json);
     }
     return show(watch, interval, as_json, ask({{"cmd", "report"}}), cli::render_report);
   }
