@@ -63,7 +63,7 @@ TEST(Metrics, RendersTheDocumentsWithConventionalNamesAndLabels) {
   auto j = job("j1", "running", {100, 300, 200});
   j.findings = {finding("straggler", "n1", 1, 0.3), finding("straggler", "n1", 2, 0.5)};
   json report = {{"jobs", {{{"id", "j1"}, {"median_step_ms", 200.0}, {"time_lost_share", 0.25}}}}};
-  const std::string m = render_metrics(status, report, {j});
+  const std::string m = daemon::render_metrics(status, report, {j});
 
   EXPECT_TRUE(has_line(m, "netprism_job_step_seconds{job_id=\"j1\",stat=\"last\"} 0.2")) << m;
   EXPECT_TRUE(has_line(m, "netprism_job_step_seconds{job_id=\"j1\",stat=\"median\"} 0.2"));
@@ -92,7 +92,7 @@ TEST(Metrics, RendersTheDocumentsWithConventionalNamesAndLabels) {
 }
 
 TEST(Metrics, EmptyDocumentsStillRender) {
-  const std::string m = render_metrics(json::object(), json::object(), {});
+  const std::string m = daemon::render_metrics(json::object(), json::object(), {});
   EXPECT_TRUE(has_line(m, "netprism_ingest_records_total 0")) << m;
 }
 
