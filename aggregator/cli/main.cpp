@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "client.hpp"
+#include "export.hpp"
 #include "html_report.hpp"
 #include "netprism/cli.hpp"
 #include "offline.hpp"
@@ -126,6 +127,7 @@ int main(int argc, char** argv) {
   analyze->add_option("--format", format, "native or csv (default: by content)")
       ->check(CLI::IsMember({"native", "csv"}));
   analyze->add_option("--topology", topology, "file of 'IP NODE' lines");
+  analyze->add_option("--perfetto", perfetto_file, "also write every job's Chrome/Perfetto trace here");
 
   auto* rep = app.add_subcommand(
       "report", "fleet view: per job its nodes, hours observed, iterations, step time, time lost, faults");
@@ -158,6 +160,8 @@ int main(int argc, char** argv) {
   auto ask = [&](json req) { return [&client, req](cli::CallError& err) { return client.call(req, err); }; };
   const uint64_t t = now_ns();
 
+  if (analyze->parsed() && !perfetto_file.empty())
+    return cli::analyze_to_perfetto(input, format, topology, perfetto_file, as_json);
   if (analyze->parsed()) {
     std::string err;
     auto doc = cli::analyze_file(input, format, topology, err);

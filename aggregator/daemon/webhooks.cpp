@@ -51,30 +51,34 @@ ChangeTracker::ChangeTracker(const std::vector<analysis::Job>& initial) {
   (void)changes(initial);
 }
 
-std::string ChangeTracker::finding_key(const analysis::Job& j, const analysis::Finding& f) {
-  std::string key = j.id + '\x1f' + f.kind + '\x1f' + f.subject;
+std::string ChangeTracker::finding_key(const analysis::Finding& f) {
+  std::string key = f.kind + '\x1f' + f.subject;
   if (f.kind == "slow_iteration") key += '\x1f' + std::to_string(f.first_iteration);
   return key;
 }
 
 std::vector<json> ChangeTracker::changes(const std::vector<analysis::Job>& jobs) {
   std::vector<json> out;
+  std::map<std::string, Known> now;
   for (const auto& j : jobs) {
-    auto it = state_.find(j.id);
-    if (it == state_.end() || it->second != j.state) {
+    auto it = jobs_.find(j.id);
+    Known k = it == jobs_.end() ? Known{} : std::move(it->second);
+    if (it == jobs_.end() || k.state != j.state) {
       out.push_back({{"event", "job_state"},
                      {"job", j.id},
                      {"state", j.state},
-                     {"previous", it == state_.end() ? json(nullptr) : json(it->second)},
+                     {"previous", it == jobs_.end() ? json(nullptr) : json(k.state)},
                      {"summary", analysis::job_summary(j)}});
-      state_[j.id] = j.state;
+      k.state = j.state;
     }
     const json docs = analysis::diagnosis(j)["findings"];
     for (std::size_t i = 0; i < j.findings.size(); ++i) {
-      if (!findings_.insert(finding_key(j, j.findings[i])).second) continue;
+      if (!k.findings.insert(finding_key(j.findings[i])).second) continue;
       out.push_back({{"event", "finding"}, {"job", j.id}, {"job_state", j.state}, {"finding", docs[i]}});
     }
+    now[j.id] = std::move(k);
   }
+  jobs_ = std::move(now);
   return out;
 }
 

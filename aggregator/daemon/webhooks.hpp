@@ -29,6 +29,8 @@ namespace netprism::daemon {
 // What changed between the jobs it saw last and these (pure bookkeeping, no I/O). A finding is new the
 // first time its (job, kind, subject) is seen -- slow iterations also by their first iteration, as a job
 // has many; the analysis refines a straggler's evidence and severity pass after pass, which is not news.
+// Only the jobs of the latest call are remembered (the snapshot's jobs, bounded by the daemon's retention):
+// a job the analysis dropped is forgotten with its findings.
 class ChangeTracker {
  public:
   // Seeds with the jobs known at start (persisted ones): those are not announced again after a restart.
@@ -37,9 +39,12 @@ class ChangeTracker {
   std::vector<nlohmann::json> changes(const std::vector<analysis::Job>& jobs);
 
  private:
-  static std::string finding_key(const analysis::Job& j, const analysis::Finding& f);
-  std::map<std::string, std::string> state_;  // job -> state
-  std::set<std::string> findings_;            // keys of findings announced (bounded by the retained jobs)
+  static std::string finding_key(const analysis::Finding& f);
+  struct Known {
+    std::string state;
+    std::set<std::string> findings;  // keys of the findings announced
+  };
+  std::map<std::string, Known> jobs_;
 };
 
 class Webhooks {

@@ -4,7 +4,7 @@
 # scripts, stylesheets, images or URLs); it has a step-time chart per job with every finding of
 # `netprism diagnose`-equivalent output marked on it; headless Chromium (Debian `chromium`, with every host
 # name unresolvable so any fetch would fail and be logged) renders it to a PNG without a single error, and its
-# rendered DOM still holds the chart.
+# rendered DOM still holds the chart. Also `analyze --input ... --perfetto FILE` (the trace of a recording).
 # usage: html_report_test.sh NETPRISM SIM
 set -euo pipefail
 netprism=$1 sim=$2
@@ -19,6 +19,21 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
   > "$work/wrote.json"
 "$netprism" analyze --input "$work/run.csv" --topology "$work/run.topo" --json > "$work/analysis.json"
 page=$work/report.html
+
+# The Perfetto export also works from a recording: every job's iterations and findings in one trace.
+"$netprism" analyze --input "$work/run.csv" --topology "$work/run.topo" --perfetto "$work/trace.json" --json \
+  > "$work/trace-summary.json"
+python3 - "$work/trace.json" "$work/analysis.json" "$work/trace-summary.json" << 'EOF'
+import json, sys
+trace, analysis, summary = (json.load(open(p)) for p in sys.argv[1:4])
+ev = trace["traceEvents"]
+assert summary["events"] == len(ev) and summary["jobs"] == len(analysis["jobs"]), summary
+for pid, j in enumerate(analysis["jobs"], 1):
+    its = {e["args"]["index"] for e in ev if e["pid"] == pid and e.get("cat") == "iteration"}
+    assert its == {it["index"] for it in j["iterations"]}, f"job {j['id']}: trace iterations differ"
+    found = {(e["args"]["kind"], e["args"]["subject"]) for e in ev if e["pid"] == pid and e.get("cat") == "finding"}
+    assert found == {(f["kind"], f["subject"]) for f in j["findings"]}, f"job {j['id']}: trace findings differ"
+EOF
 
 # Self-contained: nothing that a browser would fetch.
 if grep -Eiq '<script|<link|<img|<iframe|src=|href="(https?:|//)|url\(|@import|https?://' "$page"; then

@@ -46,9 +46,11 @@ expect_rpm() {  # rpm file...
   rpm -qp --configfiles "$rpm" | grep -q '^/etc/netprism/' || fail "$(basename "$rpm") has no %config file"
 }
 expect_rpm "$work/out/netprism-agent-${version}-1.${rarch}.rpm" /usr/bin/netprism-agent \
-  /usr/lib/systemd/system/netprism-agent.service /etc/netprism/agent.toml
+  /usr/lib/systemd/system/netprism-agent.service /etc/netprism/agent.toml /usr/share/man/man1/netprism-agent.1.gz
 expect_rpm "$work/out/netprism-aggregator-${version}-1.${rarch}.rpm" /usr/bin/netprism-aggregator /usr/bin/netprism \
-  /usr/lib/systemd/system/netprism-aggregator.service /etc/netprism/aggregator.toml
+  /usr/lib/systemd/system/netprism-aggregator.service /etc/netprism/aggregator.toml \
+  /usr/share/man/man1/netprism.1.gz /usr/share/man/man1/netprism-aggregator.1.gz \
+  /usr/share/bash-completion/completions/netprism
 
 echo "== clean Debian 12 root"
 # A pristine minbase root is cached as a tarball: debootstrap costs ~30 s and the network, the copy is cheap.
