@@ -20,6 +20,7 @@
 #include "daemon/query_server.hpp"
 #include "daemon/registry.hpp"
 #include "daemon/settings.hpp"
+#include "daemon/systemd.hpp"
 #include "daemon/webhooks.hpp"
 #include "netprism/cli.hpp"
 #include "netprism/version.hpp"
@@ -100,8 +101,14 @@ int main(int argc, char** argv) {
       std::jthread t_http, t_hooks;
       if (http) t_http = std::jthread([&](std::stop_token st) { http->run(st); });
       if (hooks) t_hooks = std::jthread([&](std::stop_token st) { hooks->run(st); });
-      int sig = 0;
-      sigwait(&sigs, &sig);
+      daemon::notify_ready("listening on " + s.listen);
+      // Healthy: the analysis published a pass within the last minute (it runs every second, backing off
+      // to at most 3x its own pass time) and the query server answers (its lock and the registry's are free).
+      const int sig = daemon::wait_for_stop_signal(sigs, [&] {
+        const uint64_t last = live.latest()->computed_ns, now = daemon::now_unix_ns();
+        return now < last + 60'000'000'000ull && query.answer({{"cmd", "status"}}).value("ok", false);
+      });
+      daemon::notify_stopping();
       daemon::log_line(std::string("stopping on ") + strsignal(sig));
     }  // jthreads request stop and join here
     return 0;

@@ -46,6 +46,8 @@ TOML
     echo "ok: deploy: netprism status" || fail "deploy: netprism status"
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
+  # The token is the operator's file, not the package's: purge leaves it (as dpkg does), so remove it here.
+  rm -f "$root/etc/netprism/http.token"
   # Step 5: a configured agent passes the configuration stage (exit 0, or 2 naming an environment problem of
   # this build host, never the missing aggregator).
   printf 'aggregator = "tcp://127.0.0.1:%s"\niface = ["lo"]\n' $((port + 1)) >"$root/etc/netprism/agent.toml"
