@@ -4,7 +4,8 @@
 # scripts, stylesheets, images or URLs); it has a step-time chart per job with every finding of
 # `netprism diagnose`-equivalent output marked on it; headless Chromium (Debian `chromium`, with every host
 # name unresolvable so any fetch would fail and be logged) renders it to a PNG without a single error, and its
-# rendered DOM still holds the chart. Also `analyze --input ... --perfetto FILE` (the trace of a recording).
+# rendered DOM still holds the chart. Also `analyze --input ... --perfetto FILE` (the trace of a recording) and
+# the progress line of `analyze` (terminal only).
 # usage: html_report_test.sh NETPRISM SIM
 set -euo pipefail
 netprism=$1 sim=$2
@@ -19,6 +20,12 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
   > "$work/wrote.json"
 "$netprism" analyze --input "$work/run.csv" --topology "$work/run.topo" --json > "$work/analysis.json"
 page=$work/report.html
+
+# Long commands show progress on a terminal (here a pty from script(1)) and print nothing extra when piped.
+"$netprism" analyze --input "$work/run.csv" --topology "$work/run.topo" 2> "$work/piped.err" > /dev/null
+[[ ! -s $work/piped.err ]] || fail "analyze wrote to a piped stderr: $(cat "$work/piped.err")"
+tty_out=$(script -qec "'$netprism' analyze --input '$work/run.csv' --topology '$work/run.topo' > /dev/null" /dev/null)
+[[ $tty_out == *"analysing"*"flow events"* ]] || fail "no progress on a terminal: $tty_out"
 
 # The Perfetto export also works from a recording: every job's iterations and findings in one trace.
 "$netprism" analyze --input "$work/run.csv" --topology "$work/run.topo" --perfetto "$work/trace.json" --json \
