@@ -125,7 +125,7 @@ struct HttpApi::Impl {
         what = e.what();
       } catch (...) {
       }
-      log_line("http: request failed: " + what);
+      log_at(Level::kError, "http: request failed: " + what);
       send_json(res, 500, {{"error", "aggregator error: " + what}});
     });
   }

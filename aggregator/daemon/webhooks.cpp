@@ -102,8 +102,8 @@ struct Webhooks::Sender {
       if (queue.size() >= kQueueMax) {
         queue.pop_front();
         if (dropped++ % 100 == 0)
-          log_line("webhook " + url + ": queue full, dropped the oldest event (" + std::to_string(dropped) +
-                   " so far)");
+          log_at(Level::kWarning, "webhook " + url + ": queue full, dropped the oldest event (" +
+                                      std::to_string(dropped) + " so far)");
       }
       queue.push_back(std::move(body));
     }
@@ -141,7 +141,7 @@ struct Webhooks::Sender {
       if (cv.wait_for(lk, st, backoff, [] { return false; }) || st.stop_requested()) return;
       backoff = std::min(backoff * 2, std::chrono::duration_cast<std::chrono::milliseconds>(kMaxBackoff));
     }
-    log_line("webhook " + url + ": gave up on an event (" + why + ")");
+    log_at(Level::kWarning, "webhook " + url + ": gave up on an event (" + why + ")");
   }
 };
 

@@ -2,7 +2,8 @@
 """netprism-aggregator's systemd protocol (Type=notify, WatchdogSec=), against a stand-in for systemd: a Unix
 datagram socket passed as $NOTIFY_SOCKET with $WATCHDOG_USEC = 2 s, as systemd would set them. Checks: READY=1
 arrives once the daemon serves queries, WATCHDOG=1 keeps arriving about every second while it is healthy, and
-STOPPING=1 arrives on SIGTERM, after which it exits 0.
+STOPPING=1 arrives on SIGTERM, after which it exits 0. Its stderr is a file named by $JOURNAL_STREAM (as systemd
+connects a service's stderr to journald): every log line then starts with a syslog priority prefix ("<6>").
 
 usage: systemd_notify_test.py AGGREGATOR
 """
@@ -35,11 +36,12 @@ def main():
     sock.bind(sock_path)
     sock.settimeout(0.2)
     ingest, query = free_ports(2)
-    env = dict(os.environ, NOTIFY_SOCKET=sock_path, WATCHDOG_USEC="2000000")
+    log = open(os.path.join(work, "journal"), "w+")
+    st = os.fstat(log.fileno())
+    env = dict(os.environ, NOTIFY_SOCKET=sock_path, WATCHDOG_USEC="2000000", JOURNAL_STREAM=f"{st.st_dev}:{st.st_ino}")
     env.pop("WATCHDOG_PID", None)
     agg = subprocess.Popen([agg_bin, "--listen", f"tcp://127.0.0.1:{ingest}", "--query", f"tcp://127.0.0.1:{query}",
-                            "--data-dir", os.path.join(work, "data")], env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            "--data-dir", os.path.join(work, "data")], env=env, stdout=log, stderr=log)
     got = []  # (seconds since start, message)
     t0 = time.time()
     try:
@@ -68,16 +70,22 @@ def main():
             problems.append("READY=1 after STOPPING=1")
         if rc != 0:
             problems.append(f"exit code {rc}")
+        log.seek(0)
+        lines = log.read().splitlines()
+        if not lines or not all(line.startswith("<6>") for line in lines):
+            problems.append(f"log lines without the journal's priority prefix: {lines[:3]}")
         if problems:
-            print("FAIL: " + "; ".join(problems) + f"\nmessages: {got}\n" + agg.stdout.read(), file=sys.stderr)
+            log.seek(0)
+            print("FAIL: " + "; ".join(problems) + f"\nmessages: {got}\n" + log.read(), file=sys.stderr)
             return 1
-        print(f"ok: READY, {len(pings)} watchdog pings, STOPPING, exit 0")
+        print(f"ok: READY, {len(pings)} watchdog pings, STOPPING, exit 0, {len(lines)} log lines at priority 6")
         return 0
     finally:
         if agg.poll() is None:
             agg.kill()
             agg.wait()
         sock.close()
+        log.close()
         shutil.rmtree(work, ignore_errors=True)
 
 
