@@ -43,8 +43,9 @@ for pid, j in enumerate(analysis["jobs"], 1):
 EOF
 
 # Self-contained: nothing that a browser would fetch.
-if grep -Eiq '<script|<link|<img|<iframe|src=|href="(https?:|//)|url\(|@import|https?://' "$page"; then
-  fail "the page references something outside itself: $(grep -Eio '<script|<link|<img|<iframe|src=|url\(|@import|https?://[^"]*' "$page" | head -3)"
+external='<script|<link|<img|<iframe|src=|href="(https?:|//)|url\(|@import|https?://'
+if grep -Eiq "$external" "$page"; then
+  fail "the page references something outside itself: $(grep -Eio "$external" "$page" | head -3)"
 fi
 python3 - "$page" "$work/analysis.json" << 'EOF'
 import html, json, re, sys

@@ -110,85 +110,87 @@ def wait_for(pred, timeout, what):
     raise Fail("timed out waiting for " + what)
 
 
-def main():
-    sim_bin, agg_bin, cli_bin = sys.argv[1:4]
-    prom_bin, promtool = shutil.which("prometheus"), shutil.which("promtool")
-    if not prom_bin or not promtool:
-        print("prometheus/promtool not installed (scripts/setup installs them)", file=sys.stderr)
-        return 1
-    work = tempfile.mkdtemp(prefix="np-operators-")
-    ingest_p, query_p, http_p, prom_p, hook_p = free_ports(5)
-    ingest, query = f"tcp://127.0.0.1:{ingest_p}", f"tcp://127.0.0.1:{query_p}"
-    base = f"http://127.0.0.1:{http_p}"
-    procs = []
-    hook_srv = http.server.ThreadingHTTPServer(("127.0.0.1", hook_p), Hooks)
-    threading.Thread(target=hook_srv.serve_forever, daemon=True).start()
-    try:
-        with open(os.path.join(work, "token"), "w") as f:
+class Run:
+    """One aggregator (with --http, token and webhook), one Prometheus scraping it, one simulated job."""
+
+    def __init__(self, sim_bin, agg_bin, cli_bin, work):
+        self.sim_bin, self.agg_bin, self.cli_bin, self.work = sim_bin, agg_bin, cli_bin, work
+        self.prom_bin, self.promtool = shutil.which("prometheus"), shutil.which("promtool")
+        ingest_p, query_p, self.http_p, prom_p, self.hook_p = free_ports(5)
+        self.ingest, self.query = f"tcp://127.0.0.1:{ingest_p}", f"tcp://127.0.0.1:{query_p}"
+        self.base = f"http://127.0.0.1:{self.http_p}"
+        self.prom_p = prom_p
+        self.papi = f"http://127.0.0.1:{prom_p}/api/v1/"
+        self.procs = []
+
+    def spawn(self, args, log):
+        p = subprocess.Popen(args, stdout=open(os.path.join(self.work, log), "w"), stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        return p
+
+    def cli(self, *args):
+        r = subprocess.run([self.cli_bin, "--aggregator", self.query, "--json", *args], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=30)
+        check(r.returncode == 0, f"netprism {' '.join(args)}: {r.stderr}")
+        return json.loads(r.stdout)
+
+    def prom_query(self, q):
+        code, body = http_get(self.papi + "query?" + urllib.parse.urlencode({"query": q}))
+        check(code == 200, f"prometheus query {q}: HTTP {code} {body[:200]}")
+        return json.loads(body)["data"]["result"]
+
+    def start(self):
+        token = os.path.join(self.work, "token")
+        with open(token, "w") as f:
             f.write(TOKEN + "\n")
-        agg = subprocess.Popen([agg_bin, "--listen", ingest, "--query", query, "--data-dir",
-                                os.path.join(work, "data"), "--http", f"127.0.0.1:{http_p}", "--http-token",
-                                os.path.join(work, "token"), "--webhook", f"http://127.0.0.1:{hook_p}/hook"],
-                               stdout=open(os.path.join(work, "agg.log"), "w"), stderr=subprocess.STDOUT)
-        procs.append(agg)
-        wait_for(lambda: http_get(base + "/metrics")[0] == 200, 20, "the aggregator's /metrics")
-
-        with open(os.path.join(work, "prometheus.yml"), "w") as f:
+        self.spawn([self.agg_bin, "--listen", self.ingest, "--query", self.query, "--data-dir",
+                    os.path.join(self.work, "data"), "--http", f"127.0.0.1:{self.http_p}", "--http-token", token,
+                    "--webhook", f"http://127.0.0.1:{self.hook_p}/hook"], "agg.log")
+        wait_for(lambda: http_get(self.base + "/metrics")[0] == 200, 20, "the aggregator's /metrics")
+        conf = os.path.join(self.work, "prometheus.yml")
+        with open(conf, "w") as f:
             f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
-                    f"  - job_name: netprism\n    static_configs:\n      - targets: ['127.0.0.1:{http_p}']\n")
-        prom = subprocess.Popen([prom_bin, "--config.file", os.path.join(work, "prometheus.yml"),
-                                 "--storage.tsdb.path", os.path.join(work, "tsdb"),
-                                 "--web.listen-address", f"127.0.0.1:{prom_p}"],
-                                stdout=open(os.path.join(work, "prom.log"), "w"), stderr=subprocess.STDOUT)
-        procs.append(prom)
-        papi = f"http://127.0.0.1:{prom_p}/api/v1/"
+                    f"  - job_name: netprism\n    static_configs:\n      - targets: ['127.0.0.1:{self.http_p}']\n")
+        self.spawn([self.prom_bin, "--config.file", conf, "--storage.tsdb.path", os.path.join(self.work, "tsdb"),
+                    "--web.listen-address", f"127.0.0.1:{self.prom_p}"], "prom.log")
+        wait_for(lambda: http_get(self.papi + "targets")[0] == 200 and
+                 any(r["value"][1] == "1" for r in self.prom_query('up{job="netprism"}')), 60, "prometheus scraping")
 
-        def prom_query(q, **kw):
-            code, body = http_get(papi + "query?" + urllib.parse.urlencode(dict(query=q, **kw)))
-            check(code == 200, f"prometheus query {q}: HTTP {code} {body[:200]}")
-            return json.loads(body)["data"]["result"]
-
-        wait_for(lambda: http_get(papi + "targets")[0] == 200 and
-                 any(r["value"][1] == "1" for r in prom_query('up{job="netprism"}')), 60, "prometheus scraping")
-
-        # ~0.4 s steps, 45 iterations: ~20 s of training with the straggler from iteration 10.
-        t_start = time.time()
-        sim = subprocess.run([sim_bin, "stream", "--realtime", "--aggregator", ingest, "--nodes", "4",
+    def train(self):
+        """~0.4 s steps, 45 iterations: ~20 s of training with the straggler from iteration 10. Returns the job."""
+        self.t_start = time.time()
+        sim = subprocess.run([self.sim_bin, "stream", "--realtime", "--aggregator", self.ingest, "--nodes", "4",
                               "--job", "dp=2,pp=2,mb=4,sched=1f1b,iters=45",
                               "--fault", "job=0,kind=straggler,node=1,factor=1.6,from=10"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
         check(sim.returncode == 0, "netprism-sim failed: " + sim.stdout[-500:])
 
-        def cli(*args):
-            r = subprocess.run([cli_bin, "--aggregator", query, "--json", *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, timeout=30)
-            check(r.returncode == 0, f"netprism {' '.join(args)}: {r.stderr}")
-            return json.loads(r.stdout)
+        def straggler_found():
+            jobs = self.cli("jobs")["jobs"]
+            return jobs and any(f["kind"] == "straggler" for f in self.cli("diagnose", jobs[0]["id"])["findings"])
 
-        def job_with_findings():
-            jobs = cli("jobs")["jobs"]
-            return jobs and any(f["kind"] == "straggler" for f in cli("diagnose", jobs[0]["id"])["findings"])
-
-        wait_for(job_with_findings, 30, "the straggler finding")
+        wait_for(straggler_found, 30, "the straggler finding")
         time.sleep(4)  # a few more passes and scrapes of the final state
-        job = cli("jobs")["jobs"][0]["id"]
+        return self.cli("jobs")["jobs"][0]["id"]
 
-        # /metrics: well-formed by promtool's reading, with the contract's names.
-        code, text = http_get(base + "/metrics")
+    def check_metrics(self):
+        """/metrics: well-formed by promtool's reading, with the contract's names."""
+        code, text = http_get(self.base + "/metrics")
         check(code == 200, f"/metrics: HTTP {code}")
-        pc = subprocess.run([promtool, "check", "metrics"], input=text, stdout=subprocess.PIPE,
+        pc = subprocess.run([self.promtool, "check", "metrics"], input=text, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
         check(pc.returncode == 0 and not pc.stdout.strip(), "promtool check metrics: " + pc.stdout)
         for name in CONTRACT_METRICS:
             check(f"\n{name}{{" in text or f"\n{name} " in text, f"/metrics lacks {name}")
 
-        # Prometheus's view of the step time == `netprism timeline` (the state has settled: the run is over).
-        durations = [it["duration_ns"] / 1e9 for it in cli("timeline", job)["iterations"]]
+    def check_prometheus(self, job):
+        """Prometheus's view of the step time == `netprism timeline` (the run is over, the state settled)."""
+        durations = [it["duration_ns"] / 1e9 for it in self.cli("timeline", job)["iterations"]]
         time.sleep(2.5)  # two more scrapes
-        sel = f'{{job_id="{job}"}}'
-        last = prom_query(f'netprism_job_step_seconds{{job_id="{job}",stat="last"}}')
-        med = prom_query(f'netprism_job_step_seconds{{job_id="{job}",stat="median"}}')
-        iters = prom_query(f"netprism_job_iterations_total{sel}")
+        sel = f'job_id="{job}"'
+        last = self.prom_query(f'netprism_job_step_seconds{{{sel},stat="last"}}')
+        med = self.prom_query(f'netprism_job_step_seconds{{{sel},stat="median"}}')
+        iters = self.prom_query(f"netprism_job_iterations_total{{{sel}}}")
         check(last and med and iters, "prometheus has no step-time series for " + job)
         check(abs(float(last[0]["value"][1]) - durations[-1]) < 1e-6,
               f"last step {last[0]['value'][1]} != timeline's {durations[-1]}")
@@ -196,26 +198,27 @@ def main():
               f"median step {med[0]['value'][1]} != timeline's {statistics.median(durations)}")
         check(int(float(iters[0]["value"][1])) == len(durations),
               f"iterations {iters[0]['value'][1]} != timeline's {len(durations)}")
-        rng = time.time() - t_start
-        series = prom_query(f"netprism_job_iterations_total{sel}[{int(rng) + 1}s]")
-        values = [float(v) for _, v in series[0]["values"]]
+        rng = int(time.time() - self.t_start) + 1
+        values = [float(v) for _, v in self.prom_query(f"netprism_job_iterations_total{{{sel}}}[{rng}s]")[0]["values"]]
         check(len(values) >= 10, f"only {len(values)} samples of the iterations series during the run")
         check(values == sorted(values), "iterations_total went down during the run")
-        straggler = prom_query(f'netprism_findings{{job_id="{job}",kind="straggler"}}')
+        straggler = self.prom_query(f'netprism_findings{{{sel},kind="straggler"}}')
         check(straggler and float(straggler[0]["value"][1]) >= 1, "prometheus shows no straggler finding")
+        return len(durations), len(values)
 
-        # The JSON API: the CLI's documents; 401 without or with a wrong token; 404 for an unknown job.
+    def check_api(self, job):
+        """The CLI's documents; 401 without or with a wrong token; 404 for an unknown job and for raw flows."""
         for path in ["status", "jobs", "report", f"job/{job}", f"timeline/{job}", f"diagnose/{job}"]:
-            check(http_get(f"{base}/api/v1/{path}")[0] == 401, f"/api/v1/{path} without a token is not 401")
-            check(http_get(f"{base}/api/v1/{path}", "wrong")[0] == 401, f"/api/v1/{path}: wrong token not 401")
+            check(http_get(f"{self.base}/api/v1/{path}")[0] == 401, f"/api/v1/{path} without a token is not 401")
+            check(http_get(f"{self.base}/api/v1/{path}", "wrong")[0] == 401, f"/api/v1/{path}: wrong token not 401")
             # status and report carry the time of the query (now_ns, hours observed so far): equal up to the
             # fields that move with the clock. The others are equal byte for byte to a CLI answer given just
             # before or after (a pass in between can change analysed_ns: then try again).
             exact = path not in ("status", "report")
-            for attempt in range(10):
-                before = cli(*path.split("/"))
-                code, body = http_get(f"{base}/api/v1/{path}", TOKEN)
-                after = cli(*path.split("/"))
+            for _ in range(10):
+                before = self.cli(*path.split("/"))
+                code, body = http_get(f"{self.base}/api/v1/{path}", TOKEN)
+                after = self.cli(*path.split("/"))
                 check(code == 200, f"/api/v1/{path}: HTTP {code}")
                 doc = json.loads(body)
                 same = doc in (before, after) if exact else strip(doc) in (strip(before), strip(after))
@@ -223,11 +226,12 @@ def main():
                     break
             check(same, f"/api/v1/{path} differs from the CLI: {body[:300]}")
             check(set(doc) == set(before), f"/api/v1/{path} has other keys than the CLI's document")
-        check(http_get(f"{base}/api/v1/job/nosuchjob", TOKEN)[0] == 404, "unknown job is not 404")
-        check(http_get(f"{base}/api/v1/flows", TOKEN)[0] == 404, "raw flows must not be served over HTTP")
+        check(http_get(f"{self.base}/api/v1/job/nosuchjob", TOKEN)[0] == 404, "unknown job is not 404")
+        check(http_get(f"{self.base}/api/v1/flows", TOKEN)[0] == 404, "raw flows must not be served over HTTP")
 
-        # Webhooks: every finding exactly once, job appearance and state changes, no event twice.
-        findings = cli("diagnose", job)["findings"]
+    def check_webhooks(self, job):
+        """Every finding exactly once, the job's appearance and state changes, no event twice."""
+        findings = self.cli("diagnose", job)["findings"]
         wait_for(lambda: sum(e["event"] == "finding" for e in Hooks.events) >= len(findings), 15,
                  "the webhook deliveries")
         time.sleep(1)
@@ -235,21 +239,49 @@ def main():
             events = list(Hooks.events)
         ids = [e["id"] for e in events]
         check(len(ids) == len(set(ids)), "an event was delivered twice")
-        got = [(e["job"], e["finding"]["kind"], e["finding"]["subject"], e["finding"]["first_iteration"]
-                if e["finding"]["kind"] == "slow_iteration" else 0) for e in events if e["event"] == "finding"]
-        want = [(job, f["kind"], f["subject"], f["first_iteration"] if f["kind"] == "slow_iteration" else 0)
-                for f in findings]
+
+        def key(f):
+            return f["kind"], f["subject"], f["first_iteration"] if f["kind"] == "slow_iteration" else 0
+
+        got = [(e["job"], *key(e["finding"])) for e in events if e["event"] == "finding"]
         check(len(got) == len(set(got)), f"a finding was announced twice: {got}")
-        for w in want:
+        for w in [(job, *key(f)) for f in findings]:
             check(w in got, f"finding {w} was not announced (got {got})")
         states = [e for e in events if e["event"] == "job_state" and e["job"] == job]
         check(states and states[0]["previous"] is None, "no job_state event for the job's appearance")
         for a, b in zip(states, states[1:]):
             check(b["previous"] == a["state"] and b["state"] != a["state"], "job_state events do not chain")
-        check(states[-1]["state"] == cli("jobs")["jobs"][0]["state"], "last job_state is not the job's state")
-        print(json.dumps({"job": job, "iterations": len(durations), "findings": len(findings),
-                          "webhook_events": len(events), "prometheus_samples": len(values),
-                          "last_step_s": durations[-1]}))
+        check(states[-1]["state"] == self.cli("jobs")["jobs"][0]["state"], "last job_state is not the job's state")
+        return len(findings), len(events)
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def main():
+    if not shutil.which("prometheus") or not shutil.which("promtool"):
+        print("prometheus/promtool not installed (scripts/setup installs them)", file=sys.stderr)
+        return 1
+    work = tempfile.mkdtemp(prefix="np-operators-")
+    run = Run(*sys.argv[1:4], work)
+    hook_srv = http.server.ThreadingHTTPServer(("127.0.0.1", run.hook_p), Hooks)
+    threading.Thread(target=hook_srv.serve_forever, daemon=True).start()
+    try:
+        run.start()
+        job = run.train()
+        run.check_metrics()
+        iterations, samples = run.check_prometheus(job)
+        run.check_api(job)
+        findings, events = run.check_webhooks(job)
+        print(json.dumps({"job": job, "iterations": iterations, "findings": findings, "webhook_events": events,
+                          "prometheus_samples": samples}))
         return 0
     except Fail as e:
         print("FAIL: " + str(e), file=sys.stderr)
@@ -261,14 +293,7 @@ def main():
         return 1
     finally:
         hook_srv.shutdown()
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        run.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
