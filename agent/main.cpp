@@ -61,7 +61,8 @@ int main(int argc, char** argv) {
     if (auto e = agent::apply_config(loaded.values, given, o); !e.empty())
       return cli::fail(prog, config_path + ": " + e);
   }
-  if (o.aggregator.empty()) {  // the packaged agent.toml ships it empty: say what to set, exit as a usage error
+  if (o.aggregator
+          .empty()) {  // the packaged agent.toml ships it empty: say what to set, exit as a usage error
     std::cerr << prog << ": no aggregator configured: set aggregator = \"tcp://AGGREGATOR-HOST:7470\" in "
               << (config_path.empty() ? std::string("/etc/netprism/agent.toml") : config_path)
               << " or pass --aggregator\n";
