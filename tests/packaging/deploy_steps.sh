@@ -1,8 +1,9 @@
 # docs/deploy.md's steps 3, 5 and 8 in the clean root of packages_test.sh, with the installed packages (sourced
 # there: uses $root, $work, inroot and fail). No systemd runs in the root, so the aggregator is started the way
-# its unit would start it (same ExecStart), as root; the agent only runs its --check (attaching needs a node).
+# its unit would start it (same ExecStart), as root; the agent only runs its --check (attaching needs a node),
+# and synthetic agents from the build ($build/tests/aggregator/np_feed) feed it a job.
 deploy_steps() {
-  local port token pid i code
+  local port token pid i code exec_start
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   # The packaged aggregator.toml parses (the aggregator rejects unknown keys; its sections are commented out).
   local data=/tmp/np-deploy-data
@@ -39,11 +40,25 @@ TOML
     { cat "$work/aggregator.log"; fail "deploy: /metrics did not answer (HTTP $code)"; }
   code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/api/v1/jobs")
   [[ $code == 401 ]] && echo "ok: deploy: the API wants the token" || fail "deploy: /api/v1/jobs without token: $code"
-  # Step 8: the first look, through the API and the CLI.
-  curl -sf -H "Authorization: Bearer $token" "http://127.0.0.1:$port/api/v1/jobs" | grep -q '"jobs"' &&
-    echo "ok: deploy: /api/v1/jobs with the token" || fail "deploy: /api/v1/jobs with the token"
-  inroot netprism --aggregator "tcp://127.0.0.1:$((port + 2))" status >/dev/null &&
-    echo "ok: deploy: netprism status" || fail "deploy: netprism status"
+  # Step 8: the first diagnosis. Agents cannot attach probes in this root, so np_feed (the test suite's
+  # synthetic agents, real wire protocol) plays a 4-node data-parallel job into the installed aggregator.
+  local q="tcp://127.0.0.1:$((port + 2))" job=""
+  if "$build/tests/aggregator/np_feed" --endpoint "tcp://127.0.0.1:$((port + 1))" --nodes 4 --iterations 20 \
+    --step-ms 200 >"$work/feed.log" 2>&1; then
+    for i in $(seq 50); do
+      job=$(inroot netprism --aggregator "$q" --json jobs | grep -o '"id":"[^"]*"' | head -1 | cut -d'"' -f4 ||
+        true)
+      [[ -n $job ]] && break
+      sleep 0.2
+    done
+  fi
+  [[ -n $job ]] && echo "ok: deploy: netprism jobs shows job $job" || fail "deploy: no job recognised"
+  inroot netprism --aggregator "$q" status >/dev/null && echo "ok: deploy: netprism status" ||
+    fail "deploy: netprism status"
+  inroot netprism --aggregator "$q" diagnose "$job" >/dev/null && echo "ok: deploy: netprism diagnose $job" ||
+    fail "deploy: netprism diagnose"
+  curl -sf -H "Authorization: Bearer $token" "http://127.0.0.1:$port/api/v1/timeline/$job" | grep -q '"iterations"' &&
+    echo "ok: deploy: /api/v1/timeline with the token" || fail "deploy: /api/v1/timeline/$job with the token"
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
   # The token is the operator's file, not the package's: purge leaves it (as dpkg does), so remove it here.
