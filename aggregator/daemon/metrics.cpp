@@ -179,6 +179,10 @@ void job_metrics(Builder& b, const json& report, const std::vector<analysis::Job
             static_cast<double>(j.iterations.back().end_ns) / 1e9, l);
     for (const char* s : kJobStates) state.Add({{"job_id", j.id}, {"state", s}}).Set(j.state == s ? 1 : 0);
     b.set("netprism_job_nodes", "nodes taking part in the job", static_cast<double>(j.nodes.size()), l);
+    if (row.contains(
+            "tenant"))  // an info series to join on (tenants.hpp), so other series keep their identity
+      b.set("netprism_job_info", "the job's tenant and scheduler job name (from --tenants)", 1,
+            {{"job_id", j.id}, {"tenant", row.value("tenant", "")}, {"job_name", row.value("job_name", "")}});
     b.set("netprism_job_time_lost_ratio", "share of the observed time lost to the diagnosed causes",
           num(row, "time_lost_share"), l);
     auto& lost = b.gauge("netprism_job_time_lost_seconds", "wall time lost, by cause");

@@ -57,6 +57,7 @@ QueryServer::QueryServer(zmq::context_t& ctx, const Settings& s, Registry& reg, 
   // A client that vanished mid-reply must not block the endpoint: give up sending after 5 s.
   rep_.set(zmq::sockopt::sndtimeo, 5000);
   rep_.bind(s.query);
+  if (!s.tenants_file.empty()) tenants_ = std::make_unique<Tenants>(s.tenants_file);
 }
 
 nlohmann::json QueryServer::handle(const nlohmann::json& req) {
@@ -92,11 +93,14 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
   if (cmd == "jobs") {
     auto jobs = nlohmann::json::array();
     for (const auto& j : snap->jobs) jobs.push_back(analysis::job_summary(j));
-    return {{"jobs", jobs}, {"analysed_ns", snap->computed_ns}};
+    nlohmann::json doc = {{"jobs", jobs}, {"analysed_ns", snap->computed_ns}};
+    if (tenants_) tenants_->annotate(doc, "jobs");
+    return doc;
   }
   if (cmd == "report") {  // the fleet view (`netprism report`), computed here so only the summary travels
     auto r = cli::fleet_report(snap->jobs, now);
     r["analysed_ns"] = snap->computed_ns;
+    if (tenants_) tenants_->annotate(r, "jobs");
     return r;
   }
   if (cmd == "job" || cmd == "timeline" || cmd == "diagnose" || cmd == "perfetto") {

@@ -12,6 +12,7 @@
 #include "live_analysis.hpp"
 #include "registry.hpp"
 #include "settings.hpp"
+#include "tenants.hpp"
 
 namespace netprism::daemon {
 
@@ -31,6 +32,7 @@ class QueryServer {
   store::OwnTraffic own_;
   std::mutex mu_;  // answer(): the ZeroMQ and HTTP threads share reader_
   std::unique_ptr<store::Store> reader_;
+  std::unique_ptr<Tenants> tenants_;  // with --tenants: "tenant"/"job_name" in jobs and report entries
   zmq::socket_t rep_;
 };
 

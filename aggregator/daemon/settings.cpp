@@ -17,7 +17,7 @@ constexpr const char* kDefaultConfig = "/etc/netprism/aggregator.toml";
 
 using FromFile = std::vector<std::pair<CLI::Option*, std::function<bool(const config::Values&)>>>;
 
-// The operators' endpoints (HTTP API, webhooks); their config keys are grouped ([http], [webhooks]).
+// The operators' endpoints (HTTP API, webhooks; config [http], [webhooks]) and tenant attribution.
 void add_operator_options(CLI::App& app, Settings& s, config::Schema& schema, FromFile& from_file) {
   struct Str {
     const char* flag;
@@ -28,7 +28,9 @@ void add_operator_options(CLI::App& app, Settings& s, config::Schema& schema, Fr
   for (const auto& o : {Str{"--http", "http.listen", &s.http_listen,
                             "HTTP endpoint ADDR:PORT for /metrics and /api/v1 (default: off)"},
                         Str{"--http-token", "http.token_file", &s.http_token_file,
-                            "file holding the bearer token the HTTP API requires"}}) {
+                            "file holding the bearer token the HTTP API requires"},
+                        Str{"--tenants", "tenants_file", &s.tenants_file,
+                            "file of 'NODE_OR_IP TENANT [JOB_NAME]' lines (scheduler-written)"}}) {
     auto* opt = app.add_option(o.flag, *o.v, o.help);
     schema[o.key] = config::Type::kString;
     from_file.emplace_back(opt, [key = std::string(o.key), v = o.v](const config::Values& vals) {

@@ -48,6 +48,8 @@ struct Settings {
   std::string http_token_file;
   // URLs that get a JSON POST on each new finding and job state change (webhooks.hpp).
   std::vector<std::string> webhooks;
+  // Scheduler-written node/address -> tenant and job name file (tenants.hpp); empty: no attribution.
+  std::string tenants_file;
   std::string config;
 };
 

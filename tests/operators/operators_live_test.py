@@ -11,6 +11,8 @@ free port, killed after) scrapes /metrics every second meanwhile. Checks:
   the series has samples over the run, non-decreasing iterations;
 - every /api/v1 document equals the CLI's --json document for the same state; no token / a wrong token ->
   401; unknown job -> 404;
+- the scheduler's tenants file attributes the job: "tenant"/"job_name" in the jobs and report documents,
+  netprism_job_info{tenant,job_name} in Prometheus;
 - the webhook receiver got every finding of the run (as `netprism diagnose` lists them at the end) exactly
   once, a job_state event for the job's appearance and each state change, and no event twice.
 
@@ -143,9 +145,12 @@ class Run:
         token = os.path.join(self.work, "token")
         with open(token, "w") as f:
             f.write(TOKEN + "\n")
+        tenants = os.path.join(self.work, "tenants")  # as a scheduler would write it
+        with open(tenants, "w") as f:
+            f.write("# node tenant job-name\n" + "".join(f"node-{i:04d} acme llm-7b\n" for i in range(4)))
         self.spawn([self.agg_bin, "--listen", self.ingest, "--query", self.query, "--data-dir",
                     os.path.join(self.work, "data"), "--http", f"127.0.0.1:{self.http_p}", "--http-token", token,
-                    "--webhook", f"http://127.0.0.1:{self.hook_p}/hook"], "agg.log")
+                    "--webhook", f"http://127.0.0.1:{self.hook_p}/hook", "--tenants", tenants], "agg.log")
         wait_for(lambda: http_get(self.base + "/metrics")[0] == 200, 20, "the aggregator's /metrics")
         conf = os.path.join(self.work, "prometheus.yml")
         with open(conf, "w") as f:
@@ -204,6 +209,8 @@ class Run:
         check(values == sorted(values), "iterations_total went down during the run")
         straggler = self.prom_query(f'netprism_findings{{{sel},kind="straggler"}}')
         check(straggler and float(straggler[0]["value"][1]) >= 1, "prometheus shows no straggler finding")
+        info = self.prom_query(f'netprism_job_info{{{sel},tenant="acme",job_name="llm-7b"}}')
+        check(info, "prometheus has no netprism_job_info with the job's tenant")
         return len(durations), len(values)
 
     def check_api(self, job):
@@ -226,6 +233,10 @@ class Run:
                     break
             check(same, f"/api/v1/{path} differs from the CLI: {body[:300]}")
             check(set(doc) == set(before), f"/api/v1/{path} has other keys than the CLI's document")
+        for path in ["jobs", "report"]:
+            entry = json.loads(http_get(f"{self.base}/api/v1/{path}", TOKEN)[1])["jobs"][0]
+            check(entry.get("tenant") == "acme" and entry.get("job_name") == "llm-7b",
+                  f"/api/v1/{path}: no tenant attribution in {entry}")
         check(http_get(f"{self.base}/api/v1/job/nosuchjob", TOKEN)[0] == 404, "unknown job is not 404")
         check(http_get(f"{self.base}/api/v1/flows", TOKEN)[0] == 404, "raw flows must not be served over HTTP")
 

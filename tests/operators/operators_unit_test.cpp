@@ -4,6 +4,7 @@
 
 #include "daemon/http_api.hpp"
 #include "daemon/metrics.hpp"
+#include "daemon/tenants.hpp"
 #include "daemon/webhooks.hpp"
 
 using namespace netprism;
@@ -141,4 +142,32 @@ TEST(HttpListen, ParsesAddressesAndRejectsMalformedOnes) {
   EXPECT_EQ(host, "0.0.0.0");
   for (const char* bad : {"", "127.0.0.1", "host:", "host:0", "host:65536", "host:80x", "host:123456"})
     EXPECT_FALSE(daemon::parse_http_listen(bad, host, port)) << bad;
+}
+
+TEST(Tenants, ParsesTheSchedulerFileAndAttributesByMajority) {
+  std::string err;
+  auto m = daemon::parse_tenants(
+      "# written by the scheduler\nn0 acme llm-7b\nn1 acme llm-7b\n"
+      "n2 acme -\n10.0.0.9 globex\n\n",
+      err);
+  ASSERT_TRUE(m) << err;
+  EXPECT_EQ(m->size(), 4u);
+  auto t = daemon::attribute(*m, {"n0", "n1", "n2", "10.0.0.9", "unmapped"});
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->tenant, "acme");
+  EXPECT_EQ(t->job_name, "llm-7b");
+  t = daemon::attribute(*m, {"10.0.0.9"});
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->tenant, "globex");
+  EXPECT_EQ(t->job_name, "");
+  EXPECT_FALSE(daemon::attribute(*m, {"elsewhere"}));
+  EXPECT_FALSE(daemon::parse_tenants("n0\n", err));
+  EXPECT_NE(err.find("line 1"), std::string::npos) << err;
+  EXPECT_FALSE(daemon::parse_tenants("n0 a b c\n", err));
+}
+
+TEST(Metrics, JobInfoCarriesTheTenant) {
+  json report = {{"jobs", {{{"id", "j1"}, {"tenant", "acme"}, {"job_name", "llm-7b"}}}}};
+  const std::string m = daemon::render_metrics(json::object(), report, {job("j1", "running", {100})});
+  EXPECT_TRUE(has_line(m, "netprism_job_info{job_id=\"j1\",job_name=\"llm-7b\",tenant=\"acme\"} 1")) << m;
 }
