@@ -9,7 +9,42 @@
 
 namespace netprism::daemon {
 
+namespace {
+// A static export of Kubernetes pods (`kubectl get pods -A -o json`, no kubeconfig needed by the aggregator):
+// each pod's node (spec.nodeName, the agent's default node name) and its IPs map to its namespace as the
+// tenant and its job as the job name (label job-name, as Job controllers set it, else its first owner's
+// name).
+std::optional<std::map<std::string, Tenancy>> parse_pods(const std::string& text, std::string& err) {
+  auto doc = nlohmann::json::parse(text, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("items") || !doc["items"].is_array()) {
+    err = "not a Kubernetes pod list (expected `kubectl get pods -A -o json` output)";
+    return std::nullopt;
+  }
+  std::map<std::string, Tenancy> out;
+  for (const auto& pod : doc["items"]) {
+    if (!pod.is_object()) continue;
+    const auto meta = pod.value("metadata", nlohmann::json::object());
+    const auto spec = pod.value("spec", nlohmann::json::object());
+    const auto status = pod.value("status", nlohmann::json::object());
+    if (status.value("phase", "") != "Running" && status.value("phase", "") != "Pending") continue;
+    Tenancy t{meta.value("namespace", "default"), ""};
+    const auto labels = meta.value("labels", nlohmann::json::object());
+    const auto owners = meta.value("ownerReferences", nlohmann::json::array());
+    if (labels.contains("job-name") && labels["job-name"].is_string())
+      t.job_name = labels["job-name"];
+    else if (!owners.empty() && owners[0].is_object())
+      t.job_name = owners[0].value("name", "");
+    if (auto node = spec.value("nodeName", ""); !node.empty()) out[node] = t;
+    for (const auto& ip : status.value("podIPs", nlohmann::json::array()))
+      if (ip.is_object() && ip.contains("ip") && ip["ip"].is_string()) out[ip["ip"].get<std::string>()] = t;
+  }
+  return out;
+}
+}  // namespace
+
 std::optional<std::map<std::string, Tenancy>> parse_tenants(const std::string& text, std::string& err) {
+  if (auto first = text.find_first_not_of(" \t\r\n"); first != std::string::npos && text[first] == '{')
+    return parse_pods(text, err);
   std::map<std::string, Tenancy> out;
   std::istringstream in(text);
   std::string line;

@@ -1,6 +1,8 @@
 // Tenant attribution: which tenant (and which scheduler job name) a training job belongs to, from a file the
 // scheduler writes (`--tenants FILE`, config `tenants_file`). One line per node or address:
 //   NODE_OR_IP  TENANT  [JOB_NAME]        # comment; JOB_NAME "-" or absent: none
+// or, when the file is JSON, a static export of Kubernetes pods (`kubectl get pods -A -o json`): each running
+// pod's node and pod IPs map to its namespace (tenant) and job (label job-name, else its first owner).
 // A job belongs to the tenant most of its nodes map to (ties: the first in name order); its job name likewise
 // among those nodes. The file is re-read when its modification time changes, so the scheduler rewrites it as
 // allocations change and no restart is needed. Shown as "tenant"/"job_name" in `jobs` and `report` entries
@@ -22,7 +24,7 @@ struct Tenancy {
   std::string job_name;  // "" when the file names none
 };
 
-// Parses the file's text; nullopt and a one-line error naming the line on bad input.
+// Parses the file's text (either form); nullopt and a one-line error (naming the line) on bad input.
 std::optional<std::map<std::string, Tenancy>> parse_tenants(const std::string& text, std::string& err);
 // The job's tenancy from its nodes (pure).
 std::optional<Tenancy> attribute(const std::map<std::string, Tenancy>& map,

@@ -171,3 +171,25 @@ TEST(Metrics, JobInfoCarriesTheTenant) {
   const std::string m = daemon::render_metrics(json::object(), report, {job("j1", "running", {100})});
   EXPECT_TRUE(has_line(m, "netprism_job_info{job_id=\"j1\",job_name=\"llm-7b\",tenant=\"acme\"} 1")) << m;
 }
+
+TEST(Tenants, ReadsAKubernetesPodExport) {
+  const std::string pods = R"({"apiVersion": "v1", "kind": "List", "items": [
+    {"metadata": {"namespace": "team-a", "labels": {"job-name": "pretrain-70b"}},
+     "spec": {"nodeName": "gpu-01"}, "status": {"phase": "Running", "podIPs": [{"ip": "10.1.0.5"}]}},
+    {"metadata": {"namespace": "team-b", "ownerReferences": [{"kind": "PyTorchJob", "name": "ft-8b"}]},
+     "spec": {"nodeName": "gpu-02"}, "status": {"phase": "Running", "podIPs": [{"ip": "10.1.0.6"}]}},
+    {"metadata": {"namespace": "team-c"}, "spec": {"nodeName": "gpu-03"}, "status": {"phase": "Succeeded"}}]})";
+  std::string err;
+  auto m = daemon::parse_tenants(pods, err);
+  ASSERT_TRUE(m) << err;
+  auto t = daemon::attribute(*m, {"gpu-01", "10.1.0.5"});
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->tenant, "team-a");
+  EXPECT_EQ(t->job_name, "pretrain-70b");
+  t = daemon::attribute(*m, {"10.1.0.6"});
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->tenant, "team-b");
+  EXPECT_EQ(t->job_name, "ft-8b");
+  EXPECT_FALSE(daemon::attribute(*m, {"gpu-03"})) << "a finished pod no longer attributes its node";
+  EXPECT_FALSE(daemon::parse_tenants("{\"kind\": \"Pod\"}", err));
+}
