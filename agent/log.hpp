@@ -8,6 +8,8 @@
 #include <sstream>
 #include <string>
 
+#include "netprism/journal.hpp"
+
 namespace netprism::agent {
 
 enum class Level { kInfo, kWarn, kError };
@@ -15,8 +17,9 @@ enum class Level { kInfo, kWarn, kError };
 inline void log(Level lvl, const std::string& msg) {
   static std::mutex mu;
   const char* tag = lvl == Level::kInfo ? "info" : lvl == Level::kWarn ? "warning" : "error";
+  const int priority = lvl == Level::kInfo ? 6 : lvl == Level::kWarn ? 4 : 3;  // syslog's LOG_INFO etc.
   std::lock_guard lk(mu);
-  std::cerr << "netprism-agent: " << tag << ": " << msg << "\n";
+  std::cerr << journal_prefix(priority) << "netprism-agent: " << tag << ": " << msg << "\n";
 }
 
 inline void log_info(const std::string& m) {

@@ -61,6 +61,14 @@ int main(int argc, char** argv) {
     if (auto e = agent::apply_config(loaded.values, given, o); !e.empty())
       return cli::fail(prog, config_path + ": " + e);
   }
+  // The packaged agent.toml ships the endpoint empty: say what to set, and exit as a usage error (its unit
+  // does not restart on 2, so an unconfigured node neither loops nor spools towards nowhere).
+  if (o.aggregator.empty()) {
+    std::cerr << prog << ": no aggregator configured: set aggregator = \"tcp://AGGREGATOR-HOST:7470\" in "
+              << (config_path.empty() ? std::string("/etc/netprism/agent.toml") : config_path)
+              << " or pass --aggregator\n";
+    return cli::kExitUsage;
+  }
   if (auto e = agent::validate(o); !e.empty()) return cli::fail(prog, e);
 
   agent::CheckInput ci;

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "daemon/http_api.hpp"
 #include "daemon/ingest.hpp"
 #include "daemon/live_analysis.hpp"
 #include "daemon/log.hpp"
@@ -21,6 +22,8 @@
 #include "daemon/settings.hpp"
 #include "flowin/listener.hpp"
 #include "flowin/topology.hpp"
+#include "daemon/systemd.hpp"
+#include "daemon/webhooks.hpp"
 #include "netprism/cli.hpp"
 #include "netprism/version.hpp"
 
@@ -96,8 +99,15 @@ int main(int argc, char** argv) {
     if (!s.flow_listen.empty()) flows.emplace(ctx, s.flow_listen, s.listen);
     daemon::QueryServer query(ctx, s, reg, live, own);
     live.preload();
+    // Optional operator endpoints (http_api.hpp, webhooks.hpp); each is a thread of its own, off ingest's
+    // path.
+    std::unique_ptr<daemon::HttpApi> http;
+    if (!s.http_listen.empty()) http = std::make_unique<daemon::HttpApi>(s, query, live);
+    std::unique_ptr<daemon::Webhooks> hooks;
+    if (!s.webhooks.empty()) hooks = std::make_unique<daemon::Webhooks>(s.webhooks, live);
     daemon::log_line(std::string("version ") + std::string(kVersion) + " listening on " + s.listen +
-                     ", queries on " + s.query + ", data in " + s.data_dir);
+                     ", queries on " + s.query + (http ? ", HTTP on " + s.http_listen : "") + ", data in " +
+                     s.data_dir);
 
     {
       std::jthread t_ingest([&](std::stop_token st) { ingest.run(st); });
@@ -105,8 +115,17 @@ int main(int argc, char** argv) {
       std::jthread t_query([&](std::stop_token st) { query.run(st); });
       std::jthread t_flows;
       if (flows) t_flows = std::jthread([&](std::stop_token st) { flows->run(st); });
-      int sig = 0;
-      sigwait(&sigs, &sig);
+      std::jthread t_http, t_hooks;
+      if (http) t_http = std::jthread([&](std::stop_token st) { http->run(st); });
+      if (hooks) t_hooks = std::jthread([&](std::stop_token st) { hooks->run(st); });
+      daemon::notify_ready("listening on " + s.listen);
+      // Healthy: the analysis published a pass within the last minute (it runs every second, backing off
+      // to at most 3x its own pass time) and the query server answers (its lock and the registry's are free).
+      const int sig = daemon::wait_for_stop_signal(sigs, [&] {
+        const uint64_t last = live.latest()->computed_ns, now = daemon::now_unix_ns();
+        return now < last + 60'000'000'000ull && query.answer({{"cmd", "status"}}).value("ok", false);
+      });
+      daemon::notify_stopping();
       daemon::log_line(std::string("stopping on ") + strsignal(sig));
     }  // jthreads request stop and join here
     return 0;

@@ -15,6 +15,8 @@
 
 #include "analysis.hpp"
 #include "client.hpp"
+#include "export.hpp"
+#include "html_report.hpp"
 #include "netprism/cli.hpp"
 #include "offline.hpp"
 #include "render.hpp"
@@ -92,10 +94,12 @@ struct Invocation {
   std::string input, format, topology;
   CLI::App* analyze = nullptr;
   CLI::App* rep = nullptr;
+  std::string html_file;
   std::string output;
   CLI::App* rec = nullptr;
   void define();  // the options and subcommands
   int run();      // the parsed command, carried out: its exit code
+  int run_report(cli::Client& client, const std::function<std::optional<json>(cli::CallError&)>& ask_report);
 };
 
 void Invocation::define() {
@@ -144,6 +148,7 @@ void Invocation::define() {
                    "(default: native or csv by content)")
       ->check(CLI::IsMember({"native", "csv", "ipfix", "sflow"}));
   analyze->add_option("--topology", topology, "file of 'IP NODE' lines");
+  analyze->add_option("--perfetto", perfetto_file, "also write every job's Chrome/Perfetto trace here");
 
   rep = app.add_subcommand(
       "report", "fleet view: per job its nodes, hours observed, iterations, step time, time lost, faults");
@@ -153,11 +158,47 @@ void Invocation::define() {
   rep->add_option("--topology", topology, "with --input: file of 'IP NODE' lines");
   rep->add_flag("--watch", watch, "refresh continuously, like top");
   rep->add_option("--interval", interval, "seconds between refreshes")->check(CLI::Range(0.1, 3600.0));
+  rep->add_option("--html", html_file, "write the report as one self-contained HTML page (charts) here");
 
   rec = app.add_subcommand("record", "copy the aggregator's stored records into a native recording file");
   rec->add_option("--output,-o", output, "recording file to write")->required();
   rec->add_option("--since", since, "start of the range (Unix ns)");
   rec->add_option("--until", until, "end of the range (Unix ns)");
+}
+
+// `report`: over a recording (--input), as one HTML page (--html), or the aggregator's live fleet view.
+int Invocation::run_report(cli::Client& client,
+                           const std::function<std::optional<json>(cli::CallError&)>& ask_report) {
+  if ((!format.empty() || !topology.empty()) && input.empty()) {
+    std::cerr << "netprism: report: --format and --topology need --input (see --help)\n";
+    return cli::kExitUsage;
+  }
+  if (!input.empty()) {
+    if (watch) {
+      std::cerr << "netprism: report: --watch needs the aggregator, not --input (see --help)\n";
+      return cli::kExitUsage;
+    }
+    std::string err;
+    auto r = cli::analyze_recording(input, format, topology, err);
+    if (!r) return cli::fail("netprism", err);
+    auto doc = analysis::fleet_report(r->result.jobs, r->now_ns);
+    if (!html_file.empty())
+      return cli::write_html_report(html_file, doc, cli::html_jobs(r->result.jobs), as_json);
+    std::cout << (as_json ? doc.dump() + "\n" : cli::render_report(doc));
+    return cli::kExitOk;
+  }
+  if (!html_file.empty()) {
+    if (watch) {
+      std::cerr << "netprism: report: --html writes one page, not with --watch (see --help)\n";
+      return cli::kExitUsage;
+    }
+    cli::CallError err;
+    auto doc = client.call({{"cmd", "report"}}, err);
+    auto jobs = doc ? cli::fetch_html_jobs(client, *doc, err) : std::nullopt;
+    if (!jobs) return report(err);
+    return cli::write_html_report(html_file, *doc, *jobs, as_json);
+  }
+  return show(watch, interval, as_json, ask_report, cli::render_report);
 }
 
 int Invocation::run() {
@@ -173,6 +214,8 @@ int Invocation::run() {
   auto ask = [&](json req) { return [&client, req](cli::CallError& err) { return client.call(req, err); }; };
   const uint64_t t = now_ns();
 
+  if (analyze->parsed() && !perfetto_file.empty())
+    return cli::analyze_to_perfetto(input, format, topology, perfetto_file, as_json);
   if (analyze->parsed()) {
     std::string err;
     auto doc = cli::analyze_file(input, format, topology, err);
@@ -180,25 +223,7 @@ int Invocation::run() {
     std::cout << (as_json ? doc->dump() + "\n" : cli::render_analysis(*doc));
     return cli::kExitOk;
   }
-  if (rep->parsed()) {
-    if ((!format.empty() || !topology.empty()) && input.empty()) {
-      std::cerr << "netprism: report: --format and --topology need --input (see --help)\n";
-      return cli::kExitUsage;
-    }
-    if (!input.empty()) {
-      if (watch) {
-        std::cerr << "netprism: report: --watch needs the aggregator, not --input (see --help)\n";
-        return cli::kExitUsage;
-      }
-      std::string err;
-      auto r = cli::analyze_recording(input, format, topology, err);
-      if (!r) return cli::fail("netprism", err);
-      auto doc = analysis::fleet_report(r->result.jobs, r->now_ns);
-      std::cout << (as_json ? doc.dump() + "\n" : cli::render_report(doc));
-      return cli::kExitOk;
-    }
-    return show(watch, interval, as_json, ask({{"cmd", "report"}}), cli::render_report);
-  }
+  if (rep->parsed()) return run_report(client, ask({{"cmd", "report"}}));
   if (status->parsed())
     return show(false, 0, as_json, ask({{"cmd", "status"}}),
                 [&](const json& d) { return cli::render_status(d, t); });

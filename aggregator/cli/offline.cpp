@@ -50,6 +50,22 @@ std::optional<std::string> unbase64(const std::string& in) {
   return out;
 }
 
+// Progress of a long command, on a terminal only (a pipe or a file gets nothing): one line, rewritten.
+void progress(const std::string& line) {
+  static const bool tty = ::isatty(STDERR_FILENO) == 1;
+  if (tty) std::cerr << "\r\033[K" << line << std::flush;
+}
+void progress_done() {
+  progress("");
+}
+// Clears the line however the command ends (an error message must not land behind a progress line).
+struct ProgressLine {
+  ProgressLine() = default;
+  ProgressLine(const ProgressLine&) = delete;
+  ProgressLine& operator=(const ProgressLine&) = delete;
+  ~ProgressLine() { progress_done(); }
+};
+
 // Topology file applied to native recordings too: "IP NODE" lines override the HELLO mapping.
 bool apply_topology(const std::string& path, analysis::Input& in, std::string& err) {
   std::ifstream f(path);
@@ -109,6 +125,8 @@ std::optional<Analysed> analyze_recording(const std::string& input, std::string 
   bool is_dir = fs::is_directory(input, ec);
   if (format.empty()) format = is_dir || looks_like_sqlite(input) ? "native" : "csv";
   analysis::Input in;
+  ProgressLine line;
+  progress("netprism: reading " + input + " ...");
   if (format == "csv") {
     auto r = analysis::load_csv(input, topology, err);
     if (!r) return std::nullopt;
@@ -130,6 +148,7 @@ std::optional<Analysed> analyze_recording(const std::string& input, std::string 
       store::Store s(input, store::Db::Mode::kReadOnly);
       std::vector<std::string> warnings;
       in = load_native(s, warnings);
+      progress_done();
       for (const auto& w : warnings) std::cerr << "netprism: warning: " << w << "\n";
     } catch (const std::exception& e) {
       err = input + ": " + e.what();
@@ -137,6 +156,7 @@ std::optional<Analysed> analyze_recording(const std::string& input, std::string 
     }
     if (!topology.empty() && !apply_topology(topology, in, err)) return std::nullopt;
   }
+  progress("netprism: analysing " + std::to_string(in.events.size()) + " flow events ...");
   return Analysed{analysis::analyze(in), in.now_ns};
 }
 
@@ -155,6 +175,7 @@ std::optional<nlohmann::json> record(const Client& client, const std::string& ou
   std::error_code ec;
   for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(output + suffix, ec);
   uint64_t batches = 0, records = 0;
+  ProgressLine line;
   try {
     store::Store out(output, store::Db::Mode::kReadWrite);
     int64_t after = 0;
@@ -202,6 +223,8 @@ std::optional<nlohmann::json> record(const Client& client, const std::string& ou
         records += r.records;
       }
       tx.commit();
+      progress("netprism: record: " + std::to_string(batches) + " batches, " + std::to_string(records) +
+               " records copied ...");
       if (rows.empty() || page->value("done", false)) break;
     }
     out.db().exec("PRAGMA journal_mode=DELETE");  // one self-contained file

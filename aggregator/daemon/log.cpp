@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "netprism/journal.hpp"
+
 namespace netprism::daemon {
 
 uint64_t now_unix_ns() {
@@ -13,13 +15,21 @@ uint64_t now_unix_ns() {
 }
 
 void log_line(const std::string& msg) {
+  log_at(Level::kInfo, msg);
+}
+
+void log_at(Level level, const std::string& msg) {
+  const int priority = level == Level::kInfo      ? 6
+                       : level == Level::kWarning ? 4
+                                                  : 3;  // syslog's LOG_INFO etc.
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
   tm t{};
   gmtime_r(&ts.tv_sec, &t);
   char stamp[32];
   strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &t);
-  std::fprintf(stderr, "%s.%03ldZ netprism-aggregator: %s\n", stamp, ts.tv_nsec / 1000000, msg.c_str());
+  std::fprintf(stderr, "%s%s.%03ldZ netprism-aggregator: %s\n", journal_prefix(priority), stamp,
+               ts.tv_nsec / 1000000, msg.c_str());
 }
 
 void RateLimitedLog::log(const std::string& msg) {

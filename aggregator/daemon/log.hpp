@@ -8,7 +8,11 @@
 
 namespace netprism::daemon {
 
-void log_line(const std::string& msg);
+enum class Level { kInfo, kWarning, kError };
+
+void log_line(const std::string& msg);  // at Level::kInfo
+// On the journal the line carries its syslog priority (netprism/journal.hpp).
+void log_at(Level level, const std::string& msg);
 
 class RateLimitedLog {
  public:

@@ -56,6 +56,7 @@ QueryServer::QueryServer(zmq::context_t& ctx, const Settings& s, Registry& reg, 
   // A client that vanished mid-reply must not block the endpoint: give up sending after 5 s.
   rep_.set(zmq::sockopt::sndtimeo, 5000);
   rep_.bind(s.query);
+  if (!s.tenants_file.empty()) tenants_ = std::make_unique<Tenants>(s.tenants_file);
 }
 
 nlohmann::json QueryServer::handle(const nlohmann::json& req) {
@@ -91,11 +92,14 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
   if (cmd == "jobs") {
     auto jobs = nlohmann::json::array();
     for (const auto& j : snap->jobs) jobs.push_back(analysis::job_summary(j));
-    return {{"jobs", jobs}, {"analysed_ns", snap->computed_ns}};
+    nlohmann::json doc = {{"jobs", jobs}, {"analysed_ns", snap->computed_ns}};
+    if (tenants_) tenants_->annotate(doc, "jobs");
+    return doc;
   }
   if (cmd == "report") {  // the fleet view (`netprism report`), computed here so only the summary travels
     auto r = analysis::fleet_report(snap->jobs, now);
     r["analysed_ns"] = snap->computed_ns;
+    if (tenants_) tenants_->annotate(r, "jobs");
     return r;
   }
   if (cmd == "job" || cmd == "timeline" || cmd == "diagnose" || cmd == "perfetto") {
@@ -147,6 +151,20 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
   throw BadRequest("unknown command '" + cmd + "'");
 }
 
+nlohmann::json QueryServer::answer(const nlohmann::json& req) {
+  std::lock_guard lk(mu_);
+  try {
+    return {{"ok", true}, {"result", handle(req)}};
+  } catch (const NotFound& e) {
+    return {{"ok", false}, {"error", e.what()}, {"not_found", true}};
+  } catch (const BadRequest& e) {
+    return {{"ok", false}, {"error", e.what()}, {"bad_request", true}};
+  } catch (const std::exception& e) {
+    log_line(std::string("query failed: ") + e.what());
+    return {{"ok", false}, {"error", std::string("aggregator error: ") + e.what()}};
+  }
+}
+
 void QueryServer::run(std::stop_token stop) {
   while (!stop.stop_requested()) {
     zmq::pollitem_t items[] = {{rep_.handle(), 0, ZMQ_POLLIN, 0}};
@@ -161,19 +179,11 @@ void QueryServer::run(std::stop_token stop) {
       (void)rep_.recv(more, zmq::recv_flags::none);
       if (text.size() < kMaxRequestBytes) text += more.to_string();
     }
-    nlohmann::json reply;
-    try {
-      auto req = nlohmann::json::parse(text, nullptr, false);
-      if (req.is_discarded()) throw BadRequest("request is not valid JSON");
-      reply = {{"ok", true}, {"result", handle(req)}};
-    } catch (const NotFound& e) {
-      reply = {{"ok", false}, {"error", e.what()}, {"not_found", true}};
-    } catch (const BadRequest& e) {
-      reply = {{"ok", false}, {"error", e.what()}, {"bad_request", true}};
-    } catch (const std::exception& e) {
-      log_line(std::string("query failed: ") + e.what());
-      reply = {{"ok", false}, {"error", std::string("aggregator error: ") + e.what()}};
-    }
+    auto req = nlohmann::json::parse(text, nullptr, false);
+    auto reply =
+        req.is_discarded()
+            ? nlohmann::json{{"ok", false}, {"error", "request is not valid JSON"}, {"bad_request", true}}
+            : answer(req);
     auto out = reply.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     (void)rep_.send(zmq::buffer(out), zmq::send_flags::none);
   }

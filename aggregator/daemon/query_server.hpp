@@ -4,6 +4,7 @@
 // A bad request gets an error reply, never silence, so a client never waits for its timeout.
 #pragma once
 
+#include <mutex>
 #include <stop_token>
 
 #include <zmq.hpp>
@@ -11,6 +12,7 @@
 #include "live_analysis.hpp"
 #include "registry.hpp"
 #include "settings.hpp"
+#include "tenants.hpp"
 
 namespace netprism::daemon {
 
@@ -20,13 +22,17 @@ class QueryServer {
               store::OwnTraffic own);
   void run(std::stop_token stop);
   nlohmann::json handle(const nlohmann::json& req);  // exposed for in-process use
+  // One request -> its reply document (the envelope above); safe to call from other threads (the HTTP API).
+  nlohmann::json answer(const nlohmann::json& req);
 
  private:
   const Settings& s_;
   Registry& reg_;
   LiveAnalysis& live_;
   store::OwnTraffic own_;
+  std::mutex mu_;  // answer(): the ZeroMQ and HTTP threads share reader_
   std::unique_ptr<store::Store> reader_;
+  std::unique_ptr<Tenants> tenants_;  // with --tenants: "tenant"/"job_name" in jobs and report entries
   zmq::socket_t rep_;
 };
 

@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "flows.hpp"
+#include "log.hpp"
 
 namespace netprism::daemon {
 
@@ -66,6 +67,7 @@ int64_t Registry::on_seen(const std::string& node, uint64_t sent_ns, uint64_t no
   if (n.offset_samples.size() > kOffsetSamples) n.offset_samples.pop_front();
   int64_t est = *std::min_element(n.offset_samples.begin(), n.offset_samples.end());
   n.row.clock_offset_ns = est;
+  n.lag_ns = n.offset_samples.back() - est;
   return est;
 }
 
@@ -102,6 +104,7 @@ nlohmann::json Registry::status(uint64_t now_ns, uint64_t connected_timeout_ns) 
                           {"est_error_ns", r.hello.clock.est_error_ns}}},
                         {"counters", r.counters}};
     a["clock_offset_ns"] = r.clock_offset_ns ? nlohmann::json(*r.clock_offset_ns) : nlohmann::json(nullptr);
+    a["lag_ns"] = n.lag_ns;
     agents.push_back(std::move(a));
   }
   const auto& c = counters_;
@@ -115,6 +118,9 @@ nlohmann::json Registry::status(uint64_t now_ns, uint64_t connected_timeout_ns) 
                            {"rejected_by_reason", c.rejected_by_reason},
                            {"commit_failures", c.commit_failures},
                            {"records_stored", c.records_stored},
+                           {"commits", c.commits},
+                           {"commit_seconds_sum", c.commit_seconds_sum},
+                           {"last_commit_latency_ns", c.last_commit_latency_ns},
                            {"retention_deleted_batches", c.retention_deleted}};
   // Failing: the last commit failed, or one did within the recovery time (see on_commit).
   bool failing = c.failing_since_ns != 0 &&
@@ -138,6 +144,11 @@ std::string Registry::on_commit(bool ok, const std::string& error, std::size_t m
   auto& c = counters_;
   if (ok) {
     c.last_success_ns = now_ns;
+    if (const uint64_t end = now_unix_ns(); end >= now_ns) {
+      c.commits++;
+      c.last_commit_latency_ns = end - now_ns;
+      c.commit_seconds_sum += static_cast<double>(end - now_ns) / 1e9;
+    }
     if (!c.failing_since_ns || now_ns < c.last_failure_ns + kCommitRecoveryNs) return "";
     std::string line = "store commits succeed again after " + std::to_string(c.failing_commits) +
                        " failed ones; the agents have resent what was not acknowledged";

@@ -33,6 +33,10 @@ struct IngestCounters {
   uint64_t failing_commits = 0;   // failed commits since then
   uint64_t last_failure_ns = 0, last_success_ns = 0;
   std::string last_commit_error;
+  // Successful commits and their latency (the group's apply + commit, from its start to the commit's end).
+  uint64_t commits = 0;
+  double commit_seconds_sum = 0;
+  uint64_t last_commit_latency_ns = 0;
   uint64_t records_stored = 0;
   uint64_t retention_deleted = 0;
   uint64_t store_batches = 0;  // running totals of the store (counted once at start, then kept up to date)
@@ -52,12 +56,12 @@ class Registry {
   int64_t on_seen(const std::string& node, uint64_t sent_ns, uint64_t now_ns, const Counters* counters,
                   uint64_t add_records);
   void count_reject(const std::string& reason);
-  // One commit's outcome. Returns the log line to write, or "" when this one is not worth a line. A failure
-  // starts a failing period; it ends with the first successful commit kCommitRecoveryNs after the last
-  // failure: a nearly full disk lets commits through between failures (a checkpoint frees WAL space), and
-  // without that hysteresis every such flap would log twice. The period's first failure, every
-  // kCommitFailureLogEvery-th after it (a full disk fails several commits per second) and its end are logged;
-  // commit_failures counts every one.
+  // One commit's outcome; now_ns: when the group's processing began (its latency is measured from there).
+  // Returns the log line to write, or "" when this one is not worth a line. A failure starts a failing
+  // period; it ends with the first successful commit kCommitRecoveryNs after the last failure: a nearly full
+  // disk lets commits through between failures (a checkpoint frees WAL space), and without that hysteresis
+  // every such flap would log twice. The period's first failure, every kCommitFailureLogEvery-th after it (a
+  // full disk fails several commits per second) and its end are logged; commit_failures counts every one.
   std::string on_commit(bool ok, const std::string& error, std::size_t messages, uint64_t now_ns);
   static constexpr uint64_t kCommitFailureLogEvery = 100;
   static constexpr uint64_t kCommitRecoveryNs = 5'000'000'000ull;
@@ -75,6 +79,9 @@ class Registry {
   struct Node {
     store::NodeRow row;
     std::deque<int64_t> offset_samples;
+    // The last message's delay beyond the best one seen (its send-to-receipt time minus the offset
+    // estimate): queueing in the agent, the network and ingest; the `ingest lagging` alert watches it.
+    int64_t lag_ns = 0;
   };
   mutable std::mutex mu_;
   std::map<std::string, Node> nodes_;

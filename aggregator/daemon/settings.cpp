@@ -27,6 +27,38 @@ bool flow_listen_ok(const Settings& s) {
   }
   return true;
 }
+
+using FromFile = std::vector<std::pair<CLI::Option*, std::function<bool(const config::Values&)>>>;
+
+// The operators' endpoints (HTTP API, webhooks; config [http], [webhooks]) and tenant attribution.
+void add_operator_options(CLI::App& app, Settings& s, config::Schema& schema, FromFile& from_file) {
+  struct Str {
+    const char* flag;
+    const char* key;
+    std::string* v;
+    const char* help;
+  };
+  for (const auto& o : {Str{"--http", "http.listen", &s.http_listen,
+                            "HTTP endpoint ADDR:PORT for /metrics and /api/v1 (default: off)"},
+                        Str{"--http-token", "http.token_file", &s.http_token_file,
+                            "file holding the bearer token the HTTP API requires"},
+                        Str{"--tenants", "tenants_file", &s.tenants_file,
+                            "file of 'NODE_OR_IP TENANT [JOB_NAME]' lines (scheduler-written)"}}) {
+    auto* opt = app.add_option(o.flag, *o.v, o.help);
+    schema[o.key] = config::Type::kString;
+    from_file.emplace_back(opt, [key = std::string(o.key), v = o.v](const config::Values& vals) {
+      if (auto x = config::get<std::string>(vals, key)) *v = *x;
+      return true;
+    });
+  }
+  auto* hooks =
+      app.add_option("--webhook", s.webhooks, "POST findings and job state changes here (repeatable)");
+  schema["webhooks.urls"] = config::Type::kStringList;
+  from_file.emplace_back(hooks, [v = &s.webhooks](const config::Values& vals) {
+    if (auto x = config::get<std::vector<std::string>>(vals, "webhooks.urls")) *v = *x;
+    return true;
+  });
+}
 }  // namespace
 
 std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
@@ -59,7 +91,7 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
       {"--max-message-bytes", &s.max_message_bytes, "largest agent message accepted"},
       {"--ingest-threads", &s.ingest_threads,
        "threads decoding/compressing batches (0: one per core, max 4)"}};
-  std::vector<std::pair<CLI::Option*, std::function<bool(const config::Values&)>>> from_file;
+  FromFile from_file;
   config::Schema schema;
   for (auto& o : strs) {
     auto* opt = app.add_option(o.flag, *o.v, o.help)->capture_default_str();
@@ -93,6 +125,7 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
     if (auto x = config::get<std::vector<std::string>>(vals, "flow_listen")) s.flow_listen = *x;
     return true;
   });
+  add_operator_options(app, s, schema, from_file);
   auto* cfg = app.add_option("--config", s.config,
                              std::string("TOML config file (default ") + kDefaultConfig + " when it exists)");
   if (auto rc = cli::parse(app, argc, argv)) return rc;

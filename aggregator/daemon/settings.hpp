@@ -42,6 +42,14 @@ struct Settings {
   // Threads that decode and compress incoming batches (the ingest pool; the receiving thread only moves
   // messages); 0: one per core, at most 4 (beyond that the single SQLite writer is the limit).
   int64_t ingest_threads = 0;
+  // HTTP endpoint (http_api.hpp): /metrics and the read-only JSON API; empty: off. The token file holds the
+  // bearer token the API requires (/metrics stays open, as Prometheus scrapes expect).
+  std::string http_listen;
+  std::string http_token_file;
+  // URLs that get a JSON POST on each new finding and job state change (webhooks.hpp).
+  std::vector<std::string> webhooks;
+  // Scheduler-written node/address -> tenant and job name file (tenants.hpp); empty: no attribution.
+  std::string tenants_file;
   std::string config;
   // Switch telemetry collectors (flowin/listener.hpp): "ipfix://ADDR:PORT" / "sflow://ADDR:PORT", repeatable.
   std::vector<std::string> flow_listen;
