@@ -15,7 +15,7 @@ mirror=http://deb.debian.org/debian # the Debian archive only: nothing else is d
 
 # What runs in the VM. The agent's runtime libraries come from `ldd netprism-agent` (Debian 12 builds).
 root_packages=(
-  rdma-core ibverbs-providers ibverbs-utils perftest iproute2 procps kmod
+  rdma-core ibverbs-providers ibverbs-utils perftest iproute2 procps kmod bpftool
   libbpf1 libzmq5 libtomlplusplus3 libibverbs1 libelf1 libzstd1 libsqlite3-0
 )
 # Loaded in this order by the initrd (dependencies first, from the kernel's modules.dep). crc32_generic:
@@ -39,20 +39,20 @@ hash_of() { sha256sum | cut -c1-16; }
 root_key=$( (printf '%s\n' "${root_packages[@]}"; sed -n '/^root_packages=/,/^)/p' "$0"; echo "$mirror") | hash_of)
 
 # --- kernel: the package linux-image-amd64 points at, unpacked (no install: no initramfs-tools run) ---
-kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-6\.1/ {print $2; exit}')
+kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-6\.1/ && !n++ {print $2}')
 [[ -n $kpkg ]] || { echo "rdmabed: apt-cache knows no linux-image-6.1.*-amd64 (run apt-get update)" >&2; exit 3; }
 kdir=$cache/kernel-$kpkg
 if [[ ! -f $kdir/.done ]]; then
   echo "rdmabed: downloading $kpkg from the Debian archive" >&2
   tmp=$(mktemp -d "$cache/tmp.kernel.XXXXXX")
   (cd "$tmp" && apt-get download -qq "$kpkg" 2>&1 | grep -v "^W: Download is performed unsandboxed" >&2 || true)
-  deb=$(ls "$tmp"/*.deb 2>/dev/null | head -1)
+  deb=$(ls "$tmp"/*.deb 2>/dev/null | sed -n 1p)
   [[ -n $deb ]] || { rm -rf "$tmp"; echo "rdmabed: could not download $kpkg" >&2; exit 3; }
   dpkg-deb -x "$deb" "$tmp/x"
   rm -rf "$kdir" && mv "$tmp/x" "$kdir" && rm -rf "$tmp"
   touch "$kdir/.done"
 fi
-kver=$(ls "$kdir/lib/modules" | head -1)
+kver=$(ls "$kdir/lib/modules" | sed -n 1p)
 # The package ships no modules.dep (the installer's depmod makes it): make it for modprobe --show-depends.
 [[ -f $kdir/lib/modules/$kver/modules.dep ]] || depmod -b "$kdir" "$kver"
 
@@ -75,7 +75,7 @@ if [[ ! -f $rootdir/.done ]]; then
 fi
 
 # --- initrd: busybox, the modules in dependency order, init + vm-init ---
-initrd_key=$( (cat "$here/init" "$here/vm-init" "$0"; echo "$kver"; busybox 2>&1 | head -1) | hash_of)
+initrd_key=$( (cat "$here/init" "$here/vm-init" "$0"; echo "$kver"; busybox 2>&1 | sed -n 1p) | hash_of)
 out=$cache/boot-$initrd_key
 if [[ ! -f $out/.done ]]; then
   tmp=$(mktemp -d "$cache/tmp.initrd.XXXXXX")

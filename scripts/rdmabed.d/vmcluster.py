@@ -1,8 +1,8 @@
 """A cluster of soft-RoCE VMs on this machine (issue 16): one qemu VM per RDMA node, emulated (TCG: /dev/kvm
 here is a nested KVM that hangs a stock kernel), each with two virtio NICs on two bridges inside a network
 namespace this run creates, so no VM packet can leave the machine:
-  eth0 -> bridge "brd" (10.77.0.0/24): RoCE only; an rxe device on it (vm-init)
-  eth1 -> bridge "brm" (10.78.0.0/24): everything else; the host end of the namespace (10.78.0.1) runs the
+  eth0 -> bridge "rbdata" (10.77.0.0/24): RoCE only; an rxe device on it (vm-init)
+  eth1 -> bridge "rbmgmt" (10.78.0.0/24): everything else; the host end of the namespace (10.78.0.1) runs the
           aggregator
 VMs are driven through a 9p control share per VM (vm-init runs /ctl/cmd/N.sh, writes /ctl/out/N.*).
 
@@ -60,8 +60,11 @@ def teardown_state(st):
         kill_pid(pid, signal.SIGKILL)
     if st.get("netns"):
         sh("ip", "netns", "del", st["netns"], check=False)
-    for d in st.get("scratch", []):
-        shutil.rmtree(d, ignore_errors=True)
+    for p in st.get("scratch", []):
+        if os.path.isdir(p):
+            shutil.rmtree(p, ignore_errors=True)
+        elif os.path.exists(p):
+            os.unlink(p)
     try:
         os.unlink(os.path.join(STATE_DIR, st["id"] + ".json"))
     except FileNotFoundError:
@@ -140,9 +143,9 @@ class Cluster:
         ns = ["ip", "netns", "exec", self.netns]
         # No IPv6 anywhere in the namespace: a link-local address would send ND/MLD into the RoCE bridge.
         sh(*ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
-        for cmd in (["link", "set", "lo", "up"], ["link", "add", "brd", "type", "bridge"],
-                    ["link", "add", "brm", "type", "bridge"], ["addr", "add", f"{MGMT_NET}.1/24", "dev", "brm"],
-                    ["link", "set", "brd", "up"], ["link", "set", "brm", "up"]):
+        for cmd in (["link", "set", "lo", "up"], ["link", "add", "rbdata", "type", "bridge"],
+                    ["link", "add", "rbmgmt", "type", "bridge"], ["addr", "add", f"{MGMT_NET}.1/24", "dev", "rbmgmt"],
+                    ["link", "set", "rbdata", "up"], ["link", "set", "rbmgmt", "up"]):
             sh("ip", "-n", self.netns, *cmd)
         peers = ";".join(f"{data_ip(i)},{mac(i, 0)}" for i in range(self.n))
         for i in range(self.n):
@@ -154,17 +157,17 @@ class Cluster:
         vdir = os.path.join(self.run_dir, name)
         ctl = os.path.join(vdir, "ctl")
         os.makedirs(os.path.join(ctl, "cmd"), exist_ok=True)
-        self.state["scratch"].append(ctl)
-        if agent_bin:
+        if agent_bin:  # the run directory keeps the logs and results; the binary copy goes at teardown
             shutil.copy2(agent_bin, os.path.join(ctl, "netprism-agent"))
-        for nic, br in ((0, "brd"), (1, "brm")):
+            self.state["scratch"].append(os.path.join(ctl, "netprism-agent"))
+        for nic, br in ((0, "rbdata"), (1, "rbmgmt")):
             tap = f"t{nic}{i}"
             sh("ip", "-n", self.netns, "tuntap", "add", tap, "mode", "tap")
             sh("ip", "-n", self.netns, "link", "set", tap, "master", br, "up")
         append = (f"console=ttyS0 quiet panic=-1 rdmabed.name={name} rdmabed.data={data_ip(i)}/24 "
                   f"rdmabed.mgmt={MGMT_NET}.{10 + i}/24 rdmabed.peers={peers}")
         root = os.path.realpath(os.path.join(boot, "root"))
-        cmd = ["ip", "netns", "exec", self.netns, "qemu-system-x86_64", "-accel", "tcg,thread=multi",
+        cmd = ["ip", "netns", "exec", self.netns, "qemu-system-x86_64", "-accel", "tcg,thread=multi,tb-size=256",
                "-smp", str(self.smp), "-m", str(self.mem), "-nodefaults", "-no-user-config", "-nographic",
                "-no-reboot", "-serial", f"file:{vdir}/console.log", "-monitor", "none",
                "-kernel", f"{boot}/vmlinuz", "-initrd", f"{boot}/initrd.img", "-append", append,
