@@ -30,16 +30,26 @@ import verbs_check as chk  # noqa: E402
 
 # Sizes: small enough that a run stays short under emulation (rxe moves ~10-30 MB/s there), large enough
 # that every message spans many MTU-sized packets.
+# -u 24: the QP's ACK timeout (4.096 us x 2^24 = 69 s): under emulation an ACK can take longer than the
+# default 67 ms (-u 14), and every early timeout resends the window. -t 16: at most 16 messages in flight.
+# ibv_rc_pingpong has no such options (timeout 14 is compiled in): its retransmissions are accounted from
+# the receiver's hw_counters (verbs_check.py).
 WORKLOADS = [
-    # name, command (server side gets no address; the client the server's management address), size, iters
-    ("write_bw", "ib_write_bw -d rxe0 -x 1 -F -s {size} -n {iters}", 65536, 100),
-    ("send_bw", "ib_send_bw -d rxe0 -x 1 -F -s {size} -n {iters}", 65536, 100),
+    # name, command (the client gets the server's management address appended), size, iters
+    ("write_bw", "ib_write_bw -d rxe0 -x 1 -F -u 24 -t 16 -s {size} -n {iters}", 65536, 100),
+    ("send_bw", "ib_send_bw -d rxe0 -x 1 -F -u 24 -t 16 -s {size} -n {iters}", 65536, 100),
     ("pingpong", "ibv_rc_pingpong -d rxe0 -g 1 -s {size} -n {iters}", 4096, 50),
 ]
 # The QP table is refreshed every 5 s by default (QPs of jobs live for hours); the tools' QPs here live for a
-# few seconds, so the test refreshes it as often as the `rdma` watcher samples (0.2 s).
+# few seconds (>= 5 s here), so the test refreshes it more often than the `rdma` watcher samples (0.5 s).
 AGENT_TOML = "[rdma]\nqp_refresh_ms = 200\n"
+# Builtins only: under emulation every fork+exec costs ~0.5 s on this shared machine (a `cat` per file made a
+# snapshot take 7-25 s).
 SNAPSHOT = r"""
+d=/sys/class/net/eth0/statistics
+for f in tx_bytes tx_packets rx_bytes rx_packets; do read -r v <"$d/$f"; echo "if.$f $v"; done
+for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do read -r v <"$f"; echo "hw.${f##*/} $v"; done
+"""
 d=/sys/class/net/eth0/statistics
 for f in tx_bytes tx_packets rx_bytes rx_packets; do echo "if.$f $(cat $d/$f)"; done
 for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do echo "hw.$(basename $f) $(cat $f)"; done
@@ -68,6 +78,8 @@ def wait_agents(c, netprism, n, timeout=120):
 
 
 def run_workload(c, a, b, wl):
+    """One tool run, client on a, server on b; the hw_counters of both around it (for retransmissions)."""
+    hw_before = {x: snapshot(c, x) for x in (a, b)}
     name, cmd, size, iters = wl
     tool = cmd.format(size=size, iters=iters)
     tag = f"{name}_{a}_{b}"
@@ -79,7 +91,10 @@ def run_workload(c, a, b, wl):
              "sleep 0.1; done; exit 1")
     with open(c.host_path(a, f"{tag}_client.log"), "w") as f:
         f.write(client)
-    return {"name": name, "client": a, "server": b, "size": size, "iters": iters, "seconds": time.time() - t0}
+    seconds = time.time() - t0
+    time.sleep(0.5)  # hw_counters are cached for `lifespan` ms
+    hw = {f"node{x}": {k: v - hw_before[x][k] for k, v in snapshot(c, x).items()} for x in (a, b)}
+    return {"name": name, "client": a, "server": b, "size": size, "iters": iters, "seconds": seconds, "hw": hw}
 
 
 def stop_spawned(c, i, name):
@@ -107,7 +122,7 @@ def verbs_scenario(a, n):
                 f.write(AGENT_TOML)
             c.spawn(i, f"exec /ctl/netprism-agent --aggregator {c.agg['endpoint']} --node node{i} --iface eth0 "
                        "--spool-dir /tmp/spool --config /ctl/agent.toml", "agent")
-            c.spawn(i, "while :; do rdma -j resource show qp; sleep 0.2; done", "qpwatch")
+            c.spawn(i, "while :; do rdma -j resource show qp; sleep 0.5; done", "qpwatch")
         wait_agents(c, bins["netprism"], n)
         mtu = int(c.run(0, "ibv_devinfo -d rxe0 | awk '/active_mtu/ {print $2}'").split()[0])
         before = [snapshot(c, i) for i in range(n)]
