@@ -18,6 +18,7 @@ The last line of `verbs` and `run` is one JSON object. Exit: 0 ok, 1 a check fai
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,10 +50,6 @@ SNAPSHOT = r"""
 d=/sys/class/net/eth0/statistics
 for f in tx_bytes tx_packets rx_bytes rx_packets; do read -r v <"$d/$f"; echo "if.$f $v"; done
 for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do read -r v <"$f"; echo "hw.${f##*/} $v"; done
-"""
-d=/sys/class/net/eth0/statistics
-for f in tx_bytes tx_packets rx_bytes rx_packets; do echo "if.$f $(cat $d/$f)"; done
-for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do echo "hw.$(basename $f) $(cat $f)"; done
 """
 
 
@@ -113,6 +110,7 @@ def verbs_scenario(a, n):
     out = os.path.abspath(a.out or tempfile.mkdtemp(prefix="rdmabed-"))
     t_start = time.time()
     c = vc.Cluster(n, build, out)
+    ok = False
     try:
         c.start(agent_bin=bins["agent"])
         boot_s = c.boot_s
@@ -145,9 +143,14 @@ def verbs_scenario(a, n):
         with open(os.path.join(out, "verbs_result.json"), "w") as f:
             json.dump({"result": res, "flows": flows, "qp_rows": qp_rows, "before": before, "after": after,
                        "runs": runs, "dump": dump}, f, indent=1)
+        ok = res["ok"]
         return res
     finally:
         c.teardown()
+        if a.out is None and ok:  # a temporary run that passed: nothing worth keeping
+            shutil.rmtree(out, ignore_errors=True)
+        elif not ok:
+            print(f"rdmabed: logs and results kept in {out}", file=sys.stderr)
 
 
 def up(a):
