@@ -215,7 +215,9 @@ def main():
     r.add_argument("--out", required=True)
     r.add_argument("--build", default=argparse.SUPPRESS)
     a = p.parse_args()
-    signal.signal(signal.SIGTERM, lambda s, f: sys.exit(f"rdmabed: signal {s}"))
+    # SIGINT set explicitly: a job started in the background by a non-interactive shell starts with it ignored.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda s, f: sys.exit(f"rdmabed: signal {s}"))
     try:
         if a.cmd == "image":
             c = vc.Cluster(0, a.build, tempfile.gettempdir())
