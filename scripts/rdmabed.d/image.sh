@@ -17,14 +17,19 @@ mirror=http://deb.debian.org/debian # the Debian archive only: nothing else is d
 root_packages=(
   rdma-core ibverbs-providers ibverbs-utils perftest iproute2 procps kmod bpftool
   libbpf1 libzmq5 libtomlplusplus3 libibverbs1 libelf1 libzstd1 libsqlite3-0
-)
+  openmpi-bin python3-mpi4py ucx-utils
+) # the last line: for the training job over RDMA (issue 16 item 3, not done yet)
 # Loaded in this order by the initrd (dependencies first, from the kernel's modules.dep). crc32_generic:
 # without it `rdma link add ... type rxe` fails with "No such file or directory" (checked here, 6.1).
 # sch_ingress/cls_bpf: the agent's clsact qdisc and tc programs. 9p/overlay: the shared read-only root.
 modules=(virtio_pci virtio_net 9p 9pnet_virtio overlay crc32_generic udp_tunnel ip6_udp_tunnel ib_core
   ib_uverbs rdma_rxe sch_ingress cls_bpf)
 
-need() { command -v "$1" >/dev/null || { echo "rdmabed: missing $1 (Debian package $2; scripts/setup installs it)" >&2; exit 3; }; }
+need() {
+  command -v "$1" >/dev/null && return
+  echo "rdmabed: missing $1 (Debian package $2; scripts/setup installs it)" >&2
+  exit 3
+}
 need debootstrap debootstrap
 need busybox busybox-static
 need cpio cpio
@@ -110,4 +115,8 @@ if [[ ! -f $out/.done ]]; then
   touch "$out/.done"
 fi
 ln -sfn "$rootdir" "$out/root"
+# Older entries of this cache (other package lists, scripts, kernels): ~200-300 MB each, never used again.
+for d in "$cache"/root-* "$cache"/boot-* "$cache"/kernel-*; do
+  [[ $d == "$rootdir" || $d == "$out" || $d == "$kdir" ]] || rm -rf "$d"
+done
 echo "$out"

@@ -101,8 +101,9 @@ def stop_spawned(c, i, name):
 
 def verbs_scenario(a, n):
     build = os.path.abspath(a.build)
-    bins = {k: os.path.join(build, p) for k, p in (("agent", "agent/netprism-agent"), ("aggregator",
-            "aggregator/netprism-aggregator"), ("netprism", "aggregator/netprism"), ("dump", "tests/rdma/np_rdma_dump"))}
+    bins = {k: os.path.join(build, p) for k, p in (
+        ("agent", "agent/netprism-agent"), ("aggregator", "aggregator/netprism-aggregator"),
+        ("netprism", "aggregator/netprism"), ("dump", "tests/rdma/np_rdma_dump"))}
     for k, p in bins.items():
         if not os.access(p, os.X_OK):
             raise vc.Missing(f"{p} not built (cmake --build {build} --target netprism-agent netprism-aggregator "

@@ -230,6 +230,7 @@ def check(n, mtu, runs, before, after, flows, dump, qp_rows):
     sent, seen = check_tools(ck, mtu, runs, flows, qp_rows)
     conns = check_agent_rdma(ck, n, before, after, dump, qp_rows)
     return {"ok": ck.ok(), "verbs_bytes_sent": sent, "verbs_bytes_seen": seen, "connections": conns,
-            "lost_on_path": lost, "retransmissions": {k: v for r in runs for k, v in r.get("retransmissions", {}).items()},
+            "lost_on_path": lost,
+            "retransmissions": {k: v for r in runs for k, v in r.get("retransmissions", {}).items()},
             "failed": [c for c in ck.items if not c["ok"]], "checks": len(ck.items),
             "tool_seconds": {r["name"]: round(r["seconds"], 1) for r in runs}, "details": ck.items}
