@@ -81,23 +81,29 @@ const volatile __u32 np_front_mask = NP_FRONT_SLOTS_DEFAULT - 1;
 /* Enough linear bytes for Ethernet + 2 VLAN + IPv6 with extensions + TCP with options + BTH. */
 #define NP_PULL_LEN 256
 
+/* The skb's linear part parsed into p (cleared first). Not inlined: np_tc calls it twice. */
+static __noinline __u32 np_parse_skb(struct __sk_buff* skb, struct np_pkt* p) {
+  __builtin_memset(p, 0, sizeof(*p));
+  void* data = (void*)(long)skb->data;
+  void* data_end = (void*)(long)skb->data_end;
+  return np_parse(data, data_end, skb->len, p);
+}
+
 static __always_inline int np_tc(struct __sk_buff* skb, __u8 dir) {
   np_count(NP_CNT_PACKETS);
   struct np_pkt p;
-  __u32 r = NP_CNT_TRUNCATED;
-  /* At most two passes: the second only when the headers are in the skb but not in its linear part (rare:
-   * tunnels, some drivers), after pulling them in, rather than calling a whole packet truncated. A loop, not
-   * two calls, so the parser is emitted once. */
-#pragma clang loop unroll(disable)
-  for (int pass = 0; pass < 2; pass++) {
-    __builtin_memset(&p, 0, sizeof(p));
-    void* data = (void*)(long)skb->data;
-    void* data_end = (void*)(long)skb->data_end;
-    r = np_parse(data, data_end, skb->len, &p);
-    if (r != NP_CNT_TRUNCATED || pass == 1 || skb->len <= (__u32)(data_end - data)) break;
+  /* At most two parses: the second only when the headers are in the skb but not in its linear part (rare:
+   * tunnels, some drivers), after pulling them in, rather than calling a whole packet truncated. The parser
+   * is a subprogram called twice, so it is emitted once. (A two-pass loop did that before, but clang lays
+   * its counter out in a block that falls through into the loop head, and kernels before ~6.3 reject such a
+   * fall-through back-edge: "back-edge from insn 24 to 25" on Debian's 6.1, issue 16.) */
+  __u32 r = np_parse_skb(skb, &p);
+  if (r == NP_CNT_TRUNCATED && skb->len > (__u32)((long)skb->data_end - (long)skb->data)) {
     __u32 want = skb->len < NP_PULL_LEN ? skb->len : NP_PULL_LEN;
-    if (bpf_skb_pull_data(skb, want) != 0) break;
-    np_count(NP_CNT_PULLED);
+    if (bpf_skb_pull_data(skb, want) == 0) {
+      np_count(NP_CNT_PULLED);
+      r = np_parse_skb(skb, &p);
+    }
   }
   if (r != NP_PARSE_OK) {
     np_count(r);

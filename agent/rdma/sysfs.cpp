@@ -43,6 +43,10 @@ std::vector<RdmaPortPath> list_rdma_ports(const std::string& root) {
 
 bool read_port_counters(const RdmaPortPath& p, RawPortCounters& out, std::string& err) {
   fs::path c = fs::path(p.dir) / "counters";
+  std::error_code ec;
+  // ib_core makes the counters/ group only for devices with a PMA (process_mad): soft-RoCE (rxe) has none,
+  // it counts packets in hw_counters only (sent_pkts, rcvd_pkts; no bytes). Checked on Debian's 6.1 rxe.
+  const bool pma = fs::is_directory(c, ec);
   struct {
     const char* name;
     uint64_t* dst;
@@ -51,13 +55,14 @@ bool read_port_counters(const RdmaPortPath& p, RawPortCounters& out, std::string
                   {"port_xmit_packets", &out.xmit_packets},
                   {"port_rcv_packets", &out.rcv_packets}};
   for (auto& r : required) {
-    if (!read_u64(c / r.name, *r.dst)) {
+    if (!pma) {
+      *r.dst = 0;
+    } else if (!read_u64(c / r.name, *r.dst)) {
       err = (c / r.name).string() + ": missing or not a number";
       return false;
     }
   }
   out.hw.clear();
-  std::error_code ec;
   fs::path hw = fs::path(p.dir) / "hw_counters";
   if (fs::is_directory(hw, ec)) {
     for (const auto& f : fs::directory_iterator(hw, ec)) {
@@ -66,6 +71,15 @@ bool read_port_counters(const RdmaPortPath& p, RawPortCounters& out, std::string
       uint64_t v = 0;
       if (read_u64(f.path(), v)) out.hw[name] = v;
     }
+  }
+  if (!pma) {
+    auto sent = out.hw.find("sent_pkts"), rcvd = out.hw.find("rcvd_pkts");
+    if (sent == out.hw.end() || rcvd == out.hw.end()) {
+      err = c.string() + ": missing, and hw_counters has no sent_pkts/rcvd_pkts";
+      return false;
+    }
+    out.xmit_packets = sent->second;
+    out.rcv_packets = rcvd->second;
   }
   return true;
 }

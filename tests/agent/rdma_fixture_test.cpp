@@ -178,6 +178,25 @@ TEST(RdmaSysfs, FixtureCountersAreWordsTimesFour) {
   EXPECT_EQ(s.hw, (std::map<std::string, uint64_t>{{"out_of_sequence", 5}}));
 }
 
+TEST(RdmaSysfs, SoftRoceHasOnlyHwCounters) {
+  // rxe: no counters/ group, packets in hw_counters (sent_pkts/rcvd_pkts), bytes nowhere.
+  TempDir root;
+  const std::string dir = root.path() + "/rxe0/ports/1";
+  write_counter(dir + "/hw_counters", "sent_pkts", 2826);
+  write_counter(dir + "/hw_counters", "rcvd_pkts", 2825);
+  RawPortCounters c;
+  std::string err;
+  ASSERT_TRUE(read_port_counters(list_rdma_ports(root.path()).at(0), c, err)) << err;
+  RdmaCounterSample s = to_sample(list_rdma_ports(root.path()).at(0), 1, c);
+  EXPECT_EQ(s.xmit_packets, 2826u);
+  EXPECT_EQ(s.rcv_packets, 2825u);
+  EXPECT_EQ(s.xmit_bytes, 0u);
+  EXPECT_EQ(s.hw.at("sent_pkts"), 2826u);
+  std::filesystem::remove(dir + "/hw_counters/rcvd_pkts");
+  EXPECT_FALSE(read_port_counters(list_rdma_ports(root.path()).at(0), c, err));
+  EXPECT_NE(err.find("rcvd_pkts"), std::string::npos) << err;
+}
+
 TEST(RdmaSysfs, FixtureMissingCounterIsAClearError) {
   TempDir root;
   PortFixture p(root);
