@@ -2,6 +2,7 @@
 
 #include <net/if.h>
 #include <signal.h>
+#include <systemd/sd-daemon.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/timerfd.h>
@@ -59,12 +60,14 @@ class Agent {
   void event_loop(const Fd& sfd);
   void linger(const Fd& sfd);
   void log_stopped();
+  void notify_ready();
 
   AgentOptions o_;
   std::string node_;
   uint64_t epoch_ = 0;
   MonoToRealtime clock_;
   uint64_t recalibrations_ = 0;
+  uint64_t watchdog_ns_ = 0, next_watchdog_ = 0;  // systemd's WatchdogSec= halved; 0: not asked for
   uint64_t max_clock_step_ns_ = 0;
   std::unique_ptr<Probe> probe_;
   mutable std::array<uint64_t, NP_CNT_MAX> last_probe_counters_{};
@@ -419,6 +422,18 @@ void Agent::run_timers(uint64_t now) {
   if (batcher_->due(now)) seal_and_submit();
   if (now >= next_clock_) recalibrate_clock(now);
   run_budget(now);
+  if (watchdog_ns_ && now >= next_watchdog_) {  // the loop turns at least every 100 ms: alive means healthy
+    sd_notify(0, "WATCHDOG=1");
+    next_watchdog_ = now + watchdog_ns_;
+  }
+}
+
+// systemd (Type=notify): ready once the probe is attached and the loop is about to run; the watchdog
+// interval it asked for, halved as sd_watchdog_enabled(3) recommends. Outside systemd these are no-ops.
+void Agent::notify_ready() {
+  sd_notify(0, ("READY=1\nSTATUS=watching as node '" + node_ + "', shipping to " + o_.aggregator).c_str());
+  uint64_t usec = 0;
+  if (sd_watchdog_enabled(0, &usec) > 0) watchdog_ns_ = usec * 1000 / 2;
 }
 
 // The main loop, until a stop signal (or epoll fails).
@@ -488,7 +503,9 @@ int Agent::run() {
   log_info("watching " + std::to_string(o_.ifaces.size()) + " interface(s) in " + o_.mode +
            " mode as node '" + node_ + "', shipping to " + o_.aggregator + " (epoch " +
            std::to_string(epoch_) + ")");
+  notify_ready();
   event_loop(sfd);
+  sd_notify(0, "STOPPING=1");
   shutdown();
   linger(sfd);
   log_stopped();
