@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "daemon/auth.hpp"
 #include "daemon/ingest.hpp"
 #include "daemon/live_analysis.hpp"
 #include "daemon/log.hpp"
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGHUP);  // re-reads the allowlists (daemon/auth.hpp)
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
   std::error_code ec;
@@ -78,8 +80,9 @@ int main(int argc, char** argv) {
                        " registered nodes, " + std::to_string(batches) + " batches");
     }
     daemon::LiveAnalysis live(s, own, [&reg] { return reg.addr_nodes(); });
-    daemon::Ingest ingest(ctx, s, reg, live);
-    daemon::QueryServer query(ctx, s, reg, live, own);
+    daemon::Auth auth(ctx, s);  // before the sockets it secures, and destroyed after them
+    daemon::Ingest ingest(ctx, s, reg, live, &auth);
+    daemon::QueryServer query(ctx, s, reg, live, own, &auth);
     live.preload();
     daemon::log_line(std::string("version ") + std::string(kVersion) + " listening on " + s.listen +
                      ", queries on " + s.query + ", data in " + s.data_dir);
@@ -89,7 +92,13 @@ int main(int argc, char** argv) {
       std::jthread t_live([&](std::stop_token st) { live.run(st); });
       std::jthread t_query([&](std::stop_token st) { query.run(st); });
       int sig = 0;
-      sigwait(&sigs, &sig);
+      while (sigwait(&sigs, &sig) == 0 && sig == SIGHUP) {
+        auto err = auth.reload();
+        daemon::log_line(err.empty()
+                             ? "SIGHUP: allowlists reloaded: " + std::to_string(auth.agents()) +
+                                   " agent key(s), " + std::to_string(auth.clients()) + " client key(s)"
+                             : "SIGHUP: allowlists not reloaded (the old ones stay in force): " + err);
+      }
       daemon::log_line(std::string("stopping on ") + strsignal(sig));
     }  // jthreads request stop and join here
     return 0;

@@ -84,6 +84,15 @@ int main(int argc, char** argv) {
   app.add_flag("--json", as_json, "print one JSON document");
   app.add_option("--timeout", timeout_s, "seconds to wait for the aggregator's answer")
       ->check(CLI::Range(0.1, 9.0));
+  // CURVE (issue 18): our key pair and the aggregator's public key, from flags or the environment.
+  const char* env_key = std::getenv("NETPRISM_KEY");
+  const char* env_pub = std::getenv("NETPRISM_SERVER_PUB");
+  std::string key_file = env_key ? env_key : "", server_pub_file = env_pub ? env_pub : "";
+  bool insecure = false;
+  app.add_option("--key", key_file, "this client's CURVE secret key file (default $NETPRISM_KEY)");
+  app.add_option("--server-pub", server_pub_file,
+                 "the aggregator's CURVE public key file (default $NETPRISM_SERVER_PUB)");
+  app.add_flag("--insecure", insecure, "plain TCP without CURVE (an aggregator run with insecure = true)");
   app.fallthrough();  // global options are accepted after the command too
   app.require_subcommand(1, 1);
 
@@ -142,7 +151,24 @@ int main(int argc, char** argv) {
   rec->add_option("--since", since, "start of the range (Unix ns)");
   rec->add_option("--until", until, "end of the range (Unix ns)");
 
+  std::string keygen_prefix;
+  auto* keygen =
+      app.add_subcommand("keygen", "write a CURVE key pair: PREFIX.key (secret, 0600), PREFIX.pub");
+  keygen->add_option("--out", keygen_prefix, "path prefix of the two files")->required();
+
   if (auto rc = cli::parse(app, argc, argv)) return *rc;
+  if (keygen->parsed()) {
+    keys::KeyPair kp;
+    if (auto e = keys::generate(keygen_prefix, &kp); !e.empty()) return cli::fail("netprism", e);
+    std::cout << (as_json ? json{{"key", keygen_prefix + ".key"},
+                                 {"pub", keygen_prefix + ".pub"},
+                                 {"public", kp.public_z85}}
+                                    .dump() +
+                                "\n"
+                          : "wrote " + keygen_prefix + ".key and " + keygen_prefix + ".pub (public key " +
+                                kp.public_z85 + ")\n");
+    return cli::kExitOk;
+  }
   if (since > until) {
     std::cerr << "netprism: --since is after --until (see --help)\n";
     return cli::kExitUsage;
@@ -151,7 +177,10 @@ int main(int argc, char** argv) {
   signal(SIGTERM, on_signal);
   signal(SIGPIPE, SIG_IGN);
 
-  cli::Client client(endpoint, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  cli::ClientSecurity security;
+  if (!insecure) security.error = keys::load_client(key_file, server_pub_file, security.curve);
+  cli::Client client(endpoint, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)),
+                     std::move(security));
   auto ask = [&](json req) { return [&client, req](cli::CallError& err) { return client.call(req, err); }; };
   const uint64_t t = now_ns();
 

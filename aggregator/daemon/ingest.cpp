@@ -38,6 +38,7 @@ struct Ingest::Frame {
   zmq::message_t payload;  // released once decoded (size() kept in payload_bytes)
   std::size_t payload_bytes = 0;
   std::size_t parts = 0;  // payload frames received (more than one is malformed; extras are discarded)
+  std::string peer;       // the node the sender's key is bound to (ZAP User-Id; "" on plain TCP)
   // Filled in parallel before the ordered, transactional part:
   wire::DecodeResult decoded;
   std::string compressed;  // the batch as stored (zstd of its column encoding), exactly sized
@@ -46,7 +47,7 @@ struct Ingest::Frame {
   std::string_view bytes() const { return {static_cast<const char*>(payload.data()), payload.size()}; }
 };
 
-Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live)
+Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live, const Auth* auth)
     : s_(s),
       reg_(reg),
       live_(live),
@@ -79,6 +80,8 @@ Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalys
   // of slack keep every ACK for any peer that reads them, while a peer that never reads costs at most
   // 16 Ki small ACKs of memory.
   router_.set(zmq::sockopt::sndhwm, static_cast<int>(16 * kGroupMessages));
+  if (auth) auth->secure(router_, kIngestDomain);
+  authenticated_ = auth && auth->enabled();
   router_.bind(s.listen);
   // Every decode/compress thread is a pool thread now (the ingest thread only moves messages).
   pool_ = std::make_unique<WorkerPool>(static_cast<std::size_t>(std::max<int64_t>(s.ingest_threads, 1)),
@@ -146,7 +149,10 @@ void Ingest::run(std::stop_token stop) {
       while (router_.get(zmq::sockopt::rcvmore)) {
         zmq::message_t part;
         (void)router_.recv(part, zmq::recv_flags::none);
-        if (++f.parts == 1) f.payload = std::move(part);
+        if (++f.parts == 1) {
+          if (authenticated_) f.peer = peer_user(part);
+          f.payload = std::move(part);
+        }
       }
       f.payload_bytes = f.payload.size();
       bytes += f.payload_bytes;
@@ -287,6 +293,12 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
     reject_log.log("rejected a message (" + std::to_string(f.payload_bytes) + " bytes): " + reason);
     replies.push_back({&f, Ack{epoch, seq, AckStatus::kRejected, reason, now}, false});
   };
+  // A key writes for its own node only: anything naming another is refused (counted under this reason).
+  auto impostor = [&](Frame& f, const std::string& node, uint64_t epoch, uint64_t seq) {
+    if (!authenticated_ || f.peer == node) return false;
+    reject(f, "node not allowed for this key", epoch, seq);
+    return true;
+  };
   auto known = [&](const std::string& node, uint64_t epoch) {
     return hello_here.count({node, epoch}) || reg_.known(node, epoch);
   };
@@ -307,6 +319,7 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
       switch (d.message->type) {
         case MsgType::kHello: {
           auto& h = std::get<Hello>(d.message->body);
+          if (impostor(f, h.node, h.epoch, 0)) break;
           store_.register_node(h, now);
           hello_here.emplace(h.node, h.epoch);
           replies.push_back({&f, Ack{h.epoch, 0, AckStatus::kHelloOk, "", now_unix_ns()}, true});
@@ -316,6 +329,7 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
         }
         case MsgType::kBatch: {
           auto& b = std::get<Batch>(d.message->body);
+          if (impostor(f, b.node, b.epoch, b.seq)) break;
           if (!known(b.node, b.epoch)) {
             unknown++;
             replies.push_back({&f,
@@ -352,6 +366,7 @@ std::vector<Ingest::Reply> Ingest::process(std::vector<Frame>& group) {
         }
         case MsgType::kHeartbeat: {
           auto& h = std::get<Heartbeat>(d.message->body);
+          if (impostor(f, h.node, h.epoch, 0)) break;
           if (!known(h.node, h.epoch)) {
             // Heartbeats carry no seq; seq 0 with kUnknownNode only makes the agent introduce itself again.
             unknown++;

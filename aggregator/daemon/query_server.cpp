@@ -50,8 +50,10 @@ std::string base64(std::string_view in) {
 }  // namespace
 
 QueryServer::QueryServer(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live,
-                         store::OwnTraffic own)
+                         store::OwnTraffic own, const Auth* auth)
     : s_(s), reg_(reg), live_(live), own_(std::move(own)), rep_(ctx, zmq::socket_type::rep) {
+  if (auth) auth->secure(rep_, kQueryDomain);
+  authenticated_ = auth && auth->enabled();
   rep_.set(zmq::sockopt::linger, 0);
   rep_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxRequestBytes));
   // A client that vanished mid-reply must not block the endpoint: give up sending after 5 s.
@@ -157,6 +159,7 @@ void QueryServer::run(std::stop_token stop) {
     if (!rep_.recv(msg, zmq::recv_flags::dontwait)) continue;
     // REP needs exactly one reply per request; a multipart request gets its frames joined for parsing.
     std::string text = msg.to_string();
+    const std::string role = authenticated_ ? peer_user(msg) : "";
     while (rep_.get(zmq::sockopt::rcvmore)) {
       zmq::message_t more;
       (void)rep_.recv(more, zmq::recv_flags::none);
@@ -166,9 +169,12 @@ void QueryServer::run(std::stop_token stop) {
     try {
       auto req = nlohmann::json::parse(text, nullptr, false);
       if (req.is_discarded()) throw BadRequest("request is not valid JSON");
+      if (authenticated_) check_role(req, role);
       reply = {{"ok", true}, {"result", handle(req)}};
     } catch (const NotFound& e) {
       reply = {{"ok", false}, {"error", e.what()}, {"not_found", true}};
+    } catch (const Forbidden& e) {
+      reply = {{"ok", false}, {"error", e.what()}, {"forbidden", true}};
     } catch (const BadRequest& e) {
       reply = {{"ok", false}, {"error", e.what()}, {"bad_request", true}};
     } catch (const std::exception& e) {

@@ -30,9 +30,13 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
     std::string* v;
     const char* help;
   };
-  std::vector<Str> strs = {{"--listen", &s.listen, "agent ingest endpoint (ZeroMQ ROUTER)"},
-                           {"--query", &s.query, "query endpoint for the netprism CLI (ZeroMQ REP)"},
-                           {"--data-dir", &s.data_dir, "where the embedded store lives"}};
+  std::vector<Str> strs = {
+      {"--listen", &s.listen, "agent ingest endpoint (ZeroMQ ROUTER)"},
+      {"--query", &s.query, "query endpoint for the netprism CLI (ZeroMQ REP)"},
+      {"--data-dir", &s.data_dir, "where the embedded store lives"},
+      {"--server-key", &s.server_key, "CURVE secret key file (netprism keygen)"},
+      {"--agents", &s.agents, "allowlist of agents: lines 'NODE PUBKEY'"},
+      {"--clients", &s.clients, "allowlist of query clients: lines 'read|admin PUBKEY'"}};
   std::vector<Int> ints = {
       {"--retention-age-s", &s.retention_age_s, "delete batches older than this (0: keep)"},
       {"--retention-bytes", &s.retention_bytes, "keep at most this many compressed bytes (0: no bound)"},
@@ -70,6 +74,12 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
       return true;
     });
   }
+  auto* insecure = app.add_flag("--insecure", s.insecure, "plain TCP without CURVE (no authentication)");
+  schema["insecure"] = config::Type::kBool;
+  from_file.emplace_back(insecure, [&s](const config::Values& vals) {
+    if (auto x = config::get<bool>(vals, "insecure")) s.insecure = *x;
+    return true;
+  });
   auto* cfg = app.add_option("--config", s.config,
                              std::string("TOML config file (default ") + kDefaultConfig + " when it exists)");
   if (auto rc = cli::parse(app, argc, argv)) return rc;

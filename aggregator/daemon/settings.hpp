@@ -42,6 +42,10 @@ struct Settings {
   // messages); 0: one per core, at most 4 (beyond that the single SQLite writer is the limit).
   int64_t ingest_threads = 0;
   std::string config;
+  // Security (daemon/auth.hpp): the aggregator's CURVE secret key, the agents' and query clients'
+  // allowlists; `insecure` (plain TCP, as before CURVE) only when asked for explicitly.
+  std::string server_key, agents, clients;
+  bool insecure = false;
 };
 
 // Parses argv (and the config file); nullopt to go on, else the exit code to return.
