@@ -100,12 +100,13 @@ Allowlist parse_allowlist(const std::string& text, const std::string& origin, bo
   std::istringstream in(text);
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
-    if (auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
+    // '#' is a Z85 digit, so a comment is a whole line starting with '#' or anything after the two fields
+    // that starts with '#' (a key may itself begin with '#': it is always the second field).
     std::istringstream fields(line);
     std::string name, key, extra;
-    if (!(fields >> name)) continue;  // blank or comment
+    if (!(fields >> name) || name[0] == '#') continue;  // blank or comment
     const std::string where = origin + ":" + std::to_string(n) + ": ";
-    if (!(fields >> key) || (fields >> extra)) {
+    if (!(fields >> key) || ((fields >> extra) && extra[0] != '#')) {
       out.error = where + (roles ? "expected 'read|admin PUBKEY'" : "expected 'NODE PUBKEY'");
       break;
     }
