@@ -76,6 +76,11 @@ fi
 inroot netprism --version && echo "ok: netprism --version" || fail "netprism --version in the clean root"
 rc=0; inroot netprism-agent --check || rc=$?
 [[ $rc == 0 || $rc == 2 ]] && echo "ok: netprism-agent --check ran (exit $rc)" || fail "netprism-agent --check exited $rc"
+# The aggregator's CURVE key: made on install (0640, service group), never shipped in the package.
+st=$(inroot stat -c '%a %G' /etc/netprism/aggregator.key 2>&1)
+[[ $st == "640 netprism" ]] && echo "ok: aggregator key created on install" || fail "aggregator key: $st"
+dpkg-deb -c "$work"/out/netprism-aggregator_*.deb | grep -q 'aggregator\.key' && fail "a key is in the package" ||
+  echo "ok: no key in the package"
 for u in netprism-agent netprism; do inroot getent passwd "$u" >/dev/null && echo "ok: user $u" || fail "no user $u"; done
 for p in netprism-agent netprism-aggregator; do
   inroot dpkg-query -W -f='${Conffiles}\n' "$p" | grep -q /etc/netprism/ && echo "ok: $p conffile" ||
