@@ -126,6 +126,30 @@ TEST_F(AuthTest, KeyBoundToNodeACannotWriteForB) {
   EXPECT_EQ(st["ingest"]["rejected_by_reason"]["node not allowed for this key"], 2) << st.dump();
 }
 
+// Exhaustion by registration: an admitted but hostile agent sending HELLOs for random node names registers
+// nothing -- the registry is bounded by the agents allowlist, one node per key.
+TEST_F(AuthTest, HelloFloodWithRandomNodesRegistersNothing) {
+  TestSender s(ctx_, proc_->listen(), client("agent_a"));
+  Hello h;
+  h.agent_version = "flood";
+  h.epoch = 1;
+  constexpr int kHellos = 2000;
+  for (int i = 0; i < kHellos; ++i) {
+    h.node = "rnd-" + std::to_string(i * 7919 % 100003);
+    s.send_raw(wire::encode(h));
+  }
+  int rejected = 0;
+  for (int i = 0; i < kHellos; ++i) {
+    auto a = s.recv_ack();
+    ASSERT_TRUE(a) << "answer " << i;
+    rejected += a->status == AckStatus::kRejected;
+  }
+  EXPECT_EQ(rejected, kHellos);
+  auto st = status();
+  EXPECT_EQ(st["agents"].size(), 0u);
+  EXPECT_EQ(st["ingest"]["rejected_by_reason"]["node not allowed for this key"], kHellos);
+}
+
 TEST_F(AuthTest, ReadClientGetsJobsButNotRawTraffic) {
   proc_->set_client(client("reader"));
   auto r = proc_->query(ctx_, {{"cmd", "jobs"}});
