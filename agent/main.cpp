@@ -73,9 +73,6 @@ int main(int argc, char** argv) {
   ci.aggregator = o.aggregator;
   auto problems = agent::check_environment(ci);
   if (auto e = agent::load_keys(o); !e.empty()) problems.push_back(e);
-  if (o.insecure)
-    std::cerr << prog
-              << ": WARNING: --insecure: records go to the aggregator over plain TCP, unauthenticated\n";
   for (const auto& p : problems) std::cerr << prog << ": " << p << "\n";
   if (check) {
     if (problems.empty())
@@ -84,5 +81,8 @@ int main(int argc, char** argv) {
     return problems.empty() ? cli::kExitOk : cli::kExitUsage;
   }
   if (!problems.empty()) return cli::kExitUsage;
+  if (o.insecure)
+    std::cerr << prog
+              << ": WARNING: insecure: records go to the aggregator over plain TCP, unauthenticated\n";
   return agent::run_agent(o);
 }

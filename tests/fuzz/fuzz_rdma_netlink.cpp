@@ -6,6 +6,7 @@
 #include "rdma_netlink.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
+  using namespace netprism;
   using namespace netprism::agent;
   // A copy of exactly `size` bytes (heap), so a read past the end is caught by ASan.
   std::vector<uint8_t> buf(data, data + size);
