@@ -54,6 +54,7 @@ QueryServer::QueryServer(zmq::context_t& ctx, const Settings& s, Registry& reg, 
     : s_(s), reg_(reg), live_(live), own_(std::move(own)), rep_(ctx, zmq::socket_type::rep) {
   if (auth) auth->secure(rep_, kQueryDomain);
   authenticated_ = auth && auth->enabled();
+  auth_ = auth;
   rep_.set(zmq::sockopt::linger, 0);
   rep_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxRequestBytes));
   // A client that vanished mid-reply must not block the endpoint: give up sending after 5 s.
@@ -77,6 +78,10 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
                       {"jobs", snap->jobs.size()},
                       {"dropped_events", live_.dropped()}};
     st["connected_timeout_s"] = s_.connected_timeout_s;
+    if (authenticated_)  // connections the ZAP handler refused (unknown keys), and the allowlists' sizes
+      st["auth"] = {{"agent_keys", auth_->agents()},
+                    {"client_keys", auth_->clients()},
+                    {"denied_connections", auth_->denied()}};
     return st;
   }
   if (cmd == "flows") {

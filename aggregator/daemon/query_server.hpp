@@ -31,6 +31,7 @@ class QueryServer {
   std::unique_ptr<store::Store> reader_;
   zmq::socket_t rep_;
   bool authenticated_ = false;  // CURVE + ZAP: each request carries its key's role
+  const Auth* auth_ = nullptr;
 };
 
 }  // namespace netprism::daemon

@@ -99,7 +99,10 @@ TEST_F(AuthTest, UnknownKeyGetsNothing) {
   TestSender s(ctx_, proc_->listen(), client("stranger"));
   s.send_raw(wire::encode(one_batch("node-a", 1, 0)));
   EXPECT_FALSE(s.recv_ack(kSilence));
-  EXPECT_EQ(status()["ingest"]["messages"], 0);
+  auto st = status();
+  EXPECT_EQ(st["ingest"]["messages"], 0);
+  EXPECT_GE(st["auth"]["denied_connections"], 1) << st.dump();
+  EXPECT_EQ(st["auth"]["agent_keys"], 1);
 }
 
 TEST_F(AuthTest, KeyBoundToNodeACannotWriteForB) {

@@ -4,22 +4,26 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 namespace netprism::fuzz {
 
-// A directory for this process (removed at exit), so parallel fuzzers never share files.
+// A directory for this process (removed when the process exits normally), so parallel fuzzers never share
+// files.
 inline const std::string& scratch_dir() {
-  static const std::string dir = [] {
-    auto d = std::filesystem::temp_directory_path() / ("np_fuzz_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(d);
-    std::atexit([] { std::filesystem::remove_all(scratch_dir()); });
-    return d.string();
-  }();
-  return dir;
+  struct Scratch {
+    std::string dir =
+        (std::filesystem::temp_directory_path() / ("np_fuzz_" + std::to_string(::getpid()))).string();
+    Scratch() { std::filesystem::create_directories(dir); }
+    ~Scratch() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  };
+  static const Scratch s;
+  return s.dir;
 }
 
 inline void write_file(const std::string& path, const uint8_t* data, std::size_t size) {

@@ -103,15 +103,15 @@ int main(int argc, char** argv) {
   dev.done();
   put(out / "rdma_netlink", "dev", std::string(dev.bytes().begin(), dev.bytes().end()));
 
-  put(out / "sysfs", "counters",
-      std::string("1000\n\0"
-                  "250\n\0"
-                  "7\n\0"
-                  "3\n\0"
-                  "5\n\0"
-                  "6\n\0"
-                  "1000\n",
-                  34));
+  static constexpr char kCounters[] =
+      "1000\n\0"
+      "250\n\0"
+      "7\n\0"
+      "3\n\0"
+      "5\n\0"
+      "6\n\0"
+      "1000\n";
+  put(out / "sysfs", "counters", std::string(kCounters, sizeof kCounters - 1));
 
   put(out / "config", "small",
       "aggregator = \"tcp://10.0.0.1:7470\"\niface = [\"eth0\", \"ib0\"]\ninsecure = "
