@@ -93,7 +93,14 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
     q.since = u64_arg(req, "since", 0);
     q.until = u64_arg(req, "until", UINT64_MAX);
     q.limit = u64_arg(req, "limit", 0);
-    return store::query_flows(*reader_, q, own_);
+    q.max_rows = static_cast<std::size_t>(s_.query_max_rows);
+    if (s_.query_deadline_ms > 0)
+      q.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(s_.query_deadline_ms);
+    try {
+      return store::query_flows(*reader_, q, own_);
+    } catch (const store::QueryDeadline& e) {
+      throw BadRequest(e.what());
+    }
   }
   auto snap = live_.latest();
   if (cmd == "jobs") {

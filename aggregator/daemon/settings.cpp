@@ -47,7 +47,9 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
       {"--zstd-level", &s.zstd_level, "compression level of stored batches"},
       {"--max-message-bytes", &s.max_message_bytes, "largest agent message accepted"},
       {"--ingest-threads", &s.ingest_threads,
-       "threads decoding/compressing batches (0: one per core, max 4)"}};
+       "threads decoding/compressing batches (0: one per core, max 4)"},
+      {"--query-max-rows", &s.query_max_rows, "most rows a flows query returns (0: no bound)"},
+      {"--query-deadline-ms", &s.query_deadline_ms, "a flows query gives up after this (0: never)"}};
   std::vector<std::pair<CLI::Option*, std::function<bool(const config::Values&)>>> from_file;
   config::Schema schema;
   for (auto& o : strs) {

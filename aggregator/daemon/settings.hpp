@@ -41,6 +41,12 @@ struct Settings {
   // Threads that decode and compress incoming batches (the ingest pool; the receiving thread only moves
   // messages); 0: one per core, at most 4 (beyond that the single SQLite writer is the limit).
   int64_t ingest_threads = 0;
+  // Query bounds (issue 18): `flows` returns at most this many rows (largest first, "truncated": true beyond;
+  // ~250 JSON bytes a row, so 1M rows is a ~250 MB reply, under the CLI's 1 GiB cap) and gives up after this
+  // many ms (below the CLI's 9 s largest --timeout, so the client gets the error rather than a timeout;
+  // the query endpoint answers one request at a time, so this also bounds how long others wait).
+  int64_t query_max_rows = 1000000;
+  int64_t query_deadline_ms = 8000;
   std::string config;
   // Security (daemon/auth.hpp): the aggregator's CURVE secret key, the agents' and query clients'
   // allowlists; `insecure` (plain TCP, as before CURVE) only when asked for explicitly.
