@@ -67,6 +67,17 @@ int main(int argc, char** argv) {
           b.sent_ns};
   put(out / "wire", "hello", wire::encode(h));
   put(out / "wire", "batch", wire::encode(b));
+  // Every integer at its widest encoding (the decoder's fast path must bound the whole record).
+  Batch wide = b;
+  for (auto& f : wide.flowlets) {
+    f.key.ifindex = f.key.qpn = 0xffffffffu;
+    f.key.sport = f.key.dport = 0xffff;
+    f.first_ns = f.last_ns = f.packets = f.bytes = f.payload_bytes = ~0ull;
+    for (auto& r : f.roce_ops) r = 0xffffffffu;
+    f.last_psn = 0xffffffffu;
+    f.tcp_flags = 0xffff;
+  }
+  put(out / "wire", "batch_wide", wire::encode(wide));
   put(out / "wire", "ack", wire::encode(Ack{b.epoch, 42, AckStatus::kRejected, "bad", b.sent_ns}));
   put(out / "wire", "heartbeat", wire::encode(Heartbeat{"node-a", b.epoch, b.sent_ns, {{"captured", 1}}}));
 
