@@ -44,6 +44,7 @@ void Delivery::connect(uint64_t now) {
   sock_->set(zmq::sockopt::heartbeat_timeout, 3000);
   // Room for a full window plus HELLO and heartbeats; beyond that we wait for ACKs anyway.
   sock_->set(zmq::sockopt::sndhwm, static_cast<int>(opts_.window * 2 + 16));
+  keys::apply_client(sock_->handle(), opts_.curve);
   sock_->connect(opts_.endpoint);
   send_hello(now);
 }

@@ -21,6 +21,7 @@
 
 #include <zmq.hpp>
 
+#include "netprism/keys.hpp"
 #include "netprism/records.hpp"
 #include "spool.hpp"
 
@@ -28,6 +29,9 @@ namespace netprism::agent {
 
 struct DeliveryOptions {
   std::string endpoint;
+  // CURVE: our key pair and the aggregator's pinned public key (empty: plain TCP). A server without the
+  // matching secret key fails the handshake, so it can never ACK (and make us drop) anything.
+  keys::ClientCurve curve;
   // Unacknowledged bytes kept in memory before the oldest move to the spool. 64 MiB holds ~10 s of a very
   // busy node's flowlets (~80 wire bytes each at 100k records/s) -- enough to ride out an aggregator restart
   // without touching the disk, small next to a GPU node's memory.

@@ -38,6 +38,9 @@ int main(int argc, char** argv) {
   app.add_option("--spool-dir", o.spool_dir,
                  "where unacknowledged batches wait (default /var/lib/netprism/agent/spool)");
   app.add_option("--rdma-sysfs", o.rdma_sysfs, "RDMA sysfs root (default /sys/class/infiniband)");
+  app.add_option("--key", o.key_file, "this agent's CURVE secret key file (netprism keygen)");
+  app.add_option("--server-pub", o.server_pub_file, "the aggregator's CURVE public key file");
+  app.add_flag("--insecure", o.insecure, "plain TCP without CURVE (an aggregator run with insecure = true)");
   app.add_option("--config", config_path, "TOML config file (default /etc/netprism/agent.toml if it exists)");
   app.add_flag("--check", check,
                "run the start-up environment check only; exit 0 if the agent could run, else 2");
@@ -51,7 +54,8 @@ int main(int argc, char** argv) {
     auto loaded = config::load_file(config_path, agent::agent_schema());
     if (!loaded) return cli::fail(prog, loaded.error);
     std::set<std::string> given;
-    for (const char* f : {"aggregator", "node", "iface", "mode", "spool-dir", "rdma-sysfs"})
+    for (const char* f :
+         {"aggregator", "node", "iface", "mode", "spool-dir", "rdma-sysfs", "key", "server-pub", "insecure"})
       if (app.count(std::string("--") + f)) {
         std::string k = f;
         for (auto& ch : k)
@@ -76,6 +80,7 @@ int main(int argc, char** argv) {
   ci.spool_dir = o.spool_dir;
   ci.aggregator = o.aggregator;
   auto problems = agent::check_environment(ci);
+  if (auto e = agent::load_keys(o); !e.empty()) problems.push_back(e);
   for (const auto& p : problems) std::cerr << prog << ": " << p << "\n";
   if (check) {
     if (problems.empty())
@@ -84,5 +89,8 @@ int main(int argc, char** argv) {
     return problems.empty() ? cli::kExitOk : cli::kExitUsage;
   }
   if (!problems.empty()) return cli::kExitUsage;
+  if (o.insecure)
+    std::cerr << prog
+              << ": WARNING: insecure: records go to the aggregator over plain TCP, unauthenticated\n";
   return agent::run_agent(o);
 }

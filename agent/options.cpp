@@ -12,6 +12,9 @@ config::Schema agent_schema() {
       {"mode", Type::kString},
       {"spool_dir", Type::kString},
       {"rdma_sysfs", Type::kString},
+      {"key", Type::kString},
+      {"server_pub", Type::kString},
+      {"insecure", Type::kBool},
       {"batching.max_records", Type::kInteger},
       {"batching.flush_interval_ms", Type::kInteger},
       {"spool.max_bytes", Type::kInteger},
@@ -46,6 +49,10 @@ std::string apply_config(const config::Values& v, const std::set<std::string>& f
   str("mode", o.mode);
   str("spool_dir", o.spool_dir);
   str("rdma_sysfs", o.rdma_sysfs);
+  str("key", o.key_file);
+  str("server_pub", o.server_pub_file);
+  if (!flags_given.count("insecure"))
+    if (auto x = config::get<bool>(v, "insecure")) o.insecure = *x;
   if (!flags_given.count("iface"))
     if (auto x = config::get<std::vector<std::string>>(v, "iface")) o.ifaces = *x;
 
@@ -97,6 +104,11 @@ std::string validate(const AgentOptions& o) {
     return "delivery.backoff_min_ms is larger than delivery.backoff_max_ms";
   if (o.batching.max_records > (1u << 20)) return "batching.max_records is above the wire limit of 1048576";
   return "";
+}
+
+std::string load_keys(AgentOptions& o) {
+  if (o.insecure) return "";
+  return keys::load_client(o.key_file, o.server_pub_file, o.delivery.curve);
 }
 
 }  // namespace netprism::agent

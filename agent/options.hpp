@@ -23,6 +23,9 @@ struct AgentOptions {
   // write.
   std::string spool_dir = "/var/lib/netprism/agent/spool";
   std::string rdma_sysfs = "/sys/class/infiniband";
+  // CURVE (issue 18): this agent's secret key and the aggregator's public key; `insecure` for plain TCP.
+  std::string key_file, server_pub_file;
+  bool insecure = false;
 
   BatcherOptions batching;
   DeliveryOptions delivery;               // endpoint filled from `aggregator`
@@ -56,5 +59,8 @@ std::string apply_config(const config::Values& v, const std::set<std::string>& f
 
 // Checks values that a file or flag can get wrong; "" or a one-line error.
 std::string validate(const AgentOptions& o);
+
+// Loads the CURVE keys into o.delivery.curve (nothing when insecure); "" or a one-line error.
+std::string load_keys(AgentOptions& o);
 
 }  // namespace netprism::agent

@@ -12,6 +12,10 @@ zmq::context_t& context() {
 }  // namespace
 
 std::optional<nlohmann::json> Client::call(const nlohmann::json& request, CallError& err) const {
+  if (!security_.error.empty()) {
+    err = {CallError::kOther, security_.error};
+    return std::nullopt;
+  }
   // A fresh REQ socket per call: REQ's strict send/recv lockstep would otherwise be stuck after a timeout.
   zmq::socket_t s(context(), zmq::socket_type::req);
   s.set(zmq::sockopt::linger, 0);  // never wait at exit for a message nobody will take
@@ -19,6 +23,9 @@ std::optional<nlohmann::json> Client::call(const nlohmann::json& request, CallEr
   s.set(zmq::sockopt::sndtimeo, static_cast<int>(timeout_.count()));
   // Replies can be large (flows of a big cluster, dump pages) but are bounded: 1 GiB guards memory.
   s.set(zmq::sockopt::maxmsgsize, int64_t{1} << 30);
+  // With CURVE, a wrong server key or a key the aggregator does not know fails the handshake: no reply,
+  // reported as unreachable after the timeout (ZeroMQ does not tell the client why).
+  keys::apply_client(s.handle(), security_.curve);
   try {
     s.connect(endpoint_);
   } catch (const zmq::error_t& e) {

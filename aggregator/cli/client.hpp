@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "netprism/keys.hpp"
+
 namespace netprism::cli {
 
 struct CallError {
@@ -15,10 +17,17 @@ struct CallError {
   std::string message;
 };
 
+// How the client authenticates: CURVE keys, or plain TCP (--insecure). `error` set: the keys could not be
+// loaded, and every call fails with it (commands that need no aggregator never look).
+struct ClientSecurity {
+  keys::ClientCurve curve;
+  std::string error;
+};
+
 class Client {
  public:
-  Client(std::string endpoint, std::chrono::milliseconds timeout)
-      : endpoint_(std::move(endpoint)), timeout_(timeout) {}
+  Client(std::string endpoint, std::chrono::milliseconds timeout, ClientSecurity security = {})
+      : endpoint_(std::move(endpoint)), timeout_(timeout), security_(std::move(security)) {}
   // The reply's "result", or an error.
   std::optional<nlohmann::json> call(const nlohmann::json& request, CallError& err) const;
   const std::string& endpoint() const { return endpoint_; }
@@ -26,6 +35,7 @@ class Client {
  private:
   std::string endpoint_;
   std::chrono::milliseconds timeout_;
+  ClientSecurity security_;
 };
 
 }  // namespace netprism::cli

@@ -18,6 +18,7 @@
 #include "export.hpp"
 #include "html_report.hpp"
 #include "netprism/cli.hpp"
+#include "netprism/keys.hpp"
 #include "offline.hpp"
 #include "render.hpp"
 
@@ -97,9 +98,13 @@ struct Invocation {
   std::string html_file;
   std::string output;
   CLI::App* rec = nullptr;
+  std::string key_file, server_pub_file, keygen_prefix;
+  bool insecure = false;
+  CLI::App* keygen = nullptr;
   void define();  // the options and subcommands
   int run();      // the parsed command, carried out: its exit code
   int run_report(cli::Client& client, const std::function<std::optional<json>(cli::CallError&)>& ask_report);
+  int run_keygen() const;
 };
 
 void Invocation::define() {
@@ -111,6 +116,15 @@ void Invocation::define() {
   app.add_flag("--json", as_json, "print one JSON document");
   app.add_option("--timeout", timeout_s, "seconds to wait for the aggregator's answer")
       ->check(CLI::Range(0.1, 9.0));
+  // CURVE (issue 18): our key pair and the aggregator's public key, from flags or the environment.
+  const char* env_key = std::getenv("NETPRISM_KEY");
+  const char* env_pub = std::getenv("NETPRISM_SERVER_PUB");
+  key_file = env_key ? env_key : "";
+  server_pub_file = env_pub ? env_pub : "";
+  app.add_option("--key", key_file, "this client's CURVE secret key file (default $NETPRISM_KEY)");
+  app.add_option("--server-pub", server_pub_file,
+                 "the aggregator's CURVE public key file (default $NETPRISM_SERVER_PUB)");
+  app.add_flag("--insecure", insecure, "plain TCP without CURVE (an aggregator run with insecure = true)");
   app.fallthrough();  // global options are accepted after the command too
   app.require_subcommand(1, 1);
 
@@ -164,6 +178,23 @@ void Invocation::define() {
   rec->add_option("--output,-o", output, "recording file to write")->required();
   rec->add_option("--since", since, "start of the range (Unix ns)");
   rec->add_option("--until", until, "end of the range (Unix ns)");
+
+  keygen = app.add_subcommand("keygen", "write a CURVE key pair: PREFIX.key (secret, 0600), PREFIX.pub");
+  keygen->add_option("--out", keygen_prefix, "path prefix of the two files")->required();
+}
+
+// `keygen`: a CURVE key pair for an agent, a query client or the aggregator (docs/deploy.md, "Keys").
+int Invocation::run_keygen() const {
+  keys::KeyPair kp;
+  if (auto e = keys::generate(keygen_prefix, &kp); !e.empty()) return cli::fail("netprism", e);
+  std::cout << (as_json ? json{{"key", keygen_prefix + ".key"},
+                               {"pub", keygen_prefix + ".pub"},
+                               {"public", kp.public_z85}}
+                                  .dump() +
+                              "\n"
+                        : "wrote " + keygen_prefix + ".key and " + keygen_prefix + ".pub (public key " +
+                              kp.public_z85 + ")\n");
+  return cli::kExitOk;
 }
 
 // `report`: over a recording (--input), as one HTML page (--html), or the aggregator's live fleet view.
@@ -202,6 +233,7 @@ int Invocation::run_report(cli::Client& client,
 }
 
 int Invocation::run() {
+  if (keygen->parsed()) return run_keygen();
   if (since > until) {
     std::cerr << "netprism: --since is after --until (see --help)\n";
     return cli::kExitUsage;
@@ -210,7 +242,10 @@ int Invocation::run() {
   signal(SIGTERM, on_signal);
   signal(SIGPIPE, SIG_IGN);
 
-  cli::Client client(endpoint, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  cli::ClientSecurity security;
+  if (!insecure) security.error = keys::load_client(key_file, server_pub_file, security.curve);
+  cli::Client client(endpoint, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)),
+                     std::move(security));
   auto ask = [&](json req) { return [&client, req](cli::CallError& err) { return client.call(req, err); }; };
   const uint64_t t = now_ns();
 

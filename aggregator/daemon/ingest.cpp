@@ -38,6 +38,7 @@ struct Ingest::Frame {
   zmq::message_t payload;  // released once decoded (size() kept in payload_bytes)
   std::size_t payload_bytes = 0;
   std::size_t parts = 0;  // payload frames received (more than one is malformed; extras are discarded)
+  std::string peer;       // the node the sender's key is bound to (ZAP User-Id; "" on plain TCP)
   // Filled in parallel before the ordered, transactional part:
   wire::DecodeResult decoded;
   std::string compressed;  // the batch as stored (zstd of its column encoding), exactly sized
@@ -46,7 +47,7 @@ struct Ingest::Frame {
   std::string_view bytes() const { return {static_cast<const char*>(payload.data()), payload.size()}; }
 };
 
-Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live)
+Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live, const Auth* auth)
     : s_(s),
       reg_(reg),
       live_(live),
@@ -79,6 +80,8 @@ Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalys
   // of slack keep every ACK for any peer that reads them, while a peer that never reads costs at most
   // 16 Ki small ACKs of memory.
   router_.set(zmq::sockopt::sndhwm, static_cast<int>(16 * kGroupMessages));
+  if (auth) auth->secure(router_, kIngestDomain);
+  authenticated_ = auth && auth->enabled();
   router_.bind(s.listen);
   // Every decode/compress thread is a pool thread now (the ingest thread only moves messages).
   pool_ = std::make_unique<WorkerPool>(static_cast<std::size_t>(std::max<int64_t>(s.ingest_threads, 1)),
@@ -146,7 +149,10 @@ void Ingest::run(std::stop_token stop) {
       while (router_.get(zmq::sockopt::rcvmore)) {
         zmq::message_t part;
         (void)router_.recv(part, zmq::recv_flags::none);
-        if (++f.parts == 1) f.payload = std::move(part);
+        if (++f.parts == 1) {
+          if (authenticated_) f.peer = peer_user(part);
+          f.payload = std::move(part);
+        }
       }
       f.payload_bytes = f.payload.size();
       bytes += f.payload_bytes;
@@ -328,6 +334,7 @@ void Ingest::store_message(Frame& f, Group& g) {
   if (f.parts != 1) return reject(g, f, "expected one payload frame, got " + std::to_string(f.parts));
   auto& d = f.decoded;
   if (!d) return reject(g, f, d.error);
+  if (impostor(f, *d.message, g)) return;
   switch (d.message->type) {
     case MsgType::kHello:
       return store_hello(f, std::get<Hello>(d.message->body), g);
@@ -338,6 +345,30 @@ void Ingest::store_message(Frame& f, Group& g) {
     case MsgType::kAck:
       return reject(g, f, "unexpected message type ack from an agent");
   }
+}
+
+// A key writes for its own node only: a HELLO, batch or heartbeat naming another node is refused (counted
+// under this reason), nothing of it stored. Plain TCP (--insecure) has no key to hold it to.
+bool Ingest::impostor(Frame& f, const wire::Message& m, Group& g) {
+  if (!authenticated_) return false;
+  std::string node;
+  uint64_t epoch = 0, seq = 0;
+  if (const auto* h = std::get_if<Hello>(&m.body)) {
+    node = h->node;
+    epoch = h->epoch;
+  } else if (const auto* b = std::get_if<Batch>(&m.body)) {
+    node = b->node;
+    epoch = b->epoch;
+    seq = b->seq;
+  } else if (const auto* hb = std::get_if<Heartbeat>(&m.body)) {
+    node = hb->node;
+    epoch = hb->epoch;
+  } else {
+    return false;
+  }
+  if (f.peer == node || (f.peer == kCollectorUser && collector_node(node))) return false;
+  reject(g, f, "node not allowed for this key", epoch, seq);
+  return true;
 }
 
 void Ingest::store_hello(Frame& f, Hello& h, Group& g) {

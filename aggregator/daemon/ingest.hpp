@@ -16,6 +16,7 @@
 
 #include <zmq.hpp>
 
+#include "auth.hpp"
 #include "live_analysis.hpp"
 #include "netprism/wire.hpp"
 #include "registry.hpp"
@@ -43,8 +44,10 @@ class EventFd {
 
 class Ingest {
  public:
-  // Binds the listen endpoint (throws zmq::error_t when it cannot).
-  Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live);
+  // Binds the listen endpoint (throws zmq::error_t when it cannot). With `auth` enabled the socket is a
+  // CURVE server and every message must name the node its key is bound to.
+  Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live,
+         const Auth* auth = nullptr);
   ~Ingest();  // stops the committer if run() did not
   void run(std::stop_token stop);
 
@@ -61,6 +64,7 @@ class Ingest {
   // in it, then what the commit makes true (registry, live analysis) and the counters.
   bool store_group(std::vector<Frame>& frames, Group& g);
   void store_message(Frame& f, Group& g);
+  bool impostor(Frame& f, const wire::Message& m, Group& g);
   void store_hello(Frame& f, Hello& h, Group& g);
   void store_batch(Frame& f, Batch& b, Group& g);
   void note_heartbeat(Frame& f, Heartbeat& h, Group& g);
@@ -76,6 +80,7 @@ class Ingest {
   Registry& reg_;
   LiveAnalysis& live_;
   wire::DecodeLimits limits_;
+  bool authenticated_ = false;        // CURVE + ZAP: each frame carries its key's node (Frame::peer)
   store::Store store_;                // the committer's (constructed here, then used by that thread only)
   store::Checkpointer checkpointer_;  // after store_: it hooks store_'s connection and must go first
   zmq::socket_t router_;

@@ -49,8 +49,11 @@ std::string base64(std::string_view in) {
 }  // namespace
 
 QueryServer::QueryServer(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live,
-                         store::OwnTraffic own)
+                         store::OwnTraffic own, const Auth* auth)
     : s_(s), reg_(reg), live_(live), own_(std::move(own)), rep_(ctx, zmq::socket_type::rep) {
+  if (auth) auth->secure(rep_, kQueryDomain);
+  authenticated_ = auth && auth->enabled();
+  auth_ = auth;
   rep_.set(zmq::sockopt::linger, 0);
   rep_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxRequestBytes));
   // A client that vanished mid-reply must not block the endpoint: give up sending after 5 s.
@@ -75,6 +78,10 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
                       {"jobs", snap->jobs.size()},
                       {"dropped_events", live_.dropped()}};
     st["connected_timeout_s"] = s_.connected_timeout_s;
+    if (authenticated_)  // connections the ZAP handler refused (unknown keys), and the allowlists' sizes
+      st["auth"] = {{"agent_keys", auth_->agents()},
+                    {"client_keys", auth_->clients()},
+                    {"denied_connections", auth_->denied()}};
     return st;
   }
   if (cmd == "flows") {
@@ -86,7 +93,14 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
     q.since = u64_arg(req, "since", 0);
     q.until = u64_arg(req, "until", UINT64_MAX);
     q.limit = u64_arg(req, "limit", 0);
-    return store::query_flows(*reader_, q, own_);
+    q.max_rows = static_cast<std::size_t>(s_.query_max_rows);
+    if (s_.query_deadline_ms > 0)
+      q.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(s_.query_deadline_ms);
+    try {
+      return store::query_flows(*reader_, q, own_);
+    } catch (const store::QueryDeadline& e) {
+      throw BadRequest(e.what());
+    }
   }
   auto snap = live_.latest();
   if (cmd == "jobs") {
@@ -174,16 +188,24 @@ void QueryServer::run(std::stop_token stop) {
     if (!rep_.recv(msg, zmq::recv_flags::dontwait)) continue;
     // REP needs exactly one reply per request; a multipart request gets its frames joined for parsing.
     std::string text = msg.to_string();
+    const std::string role = authenticated_ ? peer_user(msg) : "";
     while (rep_.get(zmq::sockopt::rcvmore)) {
       zmq::message_t more;
       (void)rep_.recv(more, zmq::recv_flags::none);
       if (text.size() < kMaxRequestBytes) text += more.to_string();
     }
     auto req = nlohmann::json::parse(text, nullptr, false);
-    auto reply =
-        req.is_discarded()
-            ? nlohmann::json{{"ok", false}, {"error", "request is not valid JSON"}, {"bad_request", true}}
-            : answer(req);
+    nlohmann::json reply;
+    if (req.is_discarded()) {
+      reply = {{"ok", false}, {"error", "request is not valid JSON"}, {"bad_request", true}};
+    } else {
+      try {
+        if (authenticated_) check_role(req, role);
+        reply = answer(req);
+      } catch (const Forbidden& e) {
+        reply = {{"ok", false}, {"error", e.what()}, {"forbidden", true}};
+      }
+    }
     auto out = reply.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     (void)rep_.send(zmq::buffer(out), zmq::send_flags::none);
   }

@@ -79,7 +79,10 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
       {"--listen", &s.listen, "agent ingest endpoint (ZeroMQ ROUTER)"},
       {"--query", &s.query, "query endpoint for the netprism CLI (ZeroMQ REP)"},
       {"--data-dir", &s.data_dir, "where the embedded store lives"},
-      {"--topology", &s.topology, "file of 'IP NODE' lines naming exporters' endpoints"}};
+      {"--topology", &s.topology, "file of 'IP NODE' lines naming exporters' endpoints"},
+      {"--server-key", &s.server_key, "CURVE secret key file (netprism keygen)"},
+      {"--agents", &s.agents, "allowlist of agents: lines 'NODE PUBKEY'"},
+      {"--clients", &s.clients, "allowlist of query clients: lines 'read|admin PUBKEY'"}};
   std::vector<Int> ints = {
       {"--retention-age-s", &s.retention_age_s, "delete batches older than this (0: keep)"},
       {"--retention-bytes", &s.retention_bytes, "keep at most this many compressed bytes (0: no bound)"},
@@ -90,7 +93,9 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
       {"--zstd-level", &s.zstd_level, "compression level of stored batches"},
       {"--max-message-bytes", &s.max_message_bytes, "largest agent message accepted"},
       {"--ingest-threads", &s.ingest_threads,
-       "threads decoding/compressing batches (0: one per core, max 4)"}};
+       "threads decoding/compressing batches (0: one per core, max 4)"},
+      {"--query-max-rows", &s.query_max_rows, "most rows a flows query returns (0: no bound)"},
+      {"--query-deadline-ms", &s.query_deadline_ms, "a flows query gives up after this (0: never)"}};
   FromFile from_file;
   config::Schema schema;
   for (auto& o : strs) {
@@ -126,6 +131,12 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
     return true;
   });
   add_operator_options(app, s, schema, from_file);
+  auto* insecure = app.add_flag("--insecure", s.insecure, "plain TCP without CURVE (no authentication)");
+  schema["insecure"] = config::Type::kBool;
+  from_file.emplace_back(insecure, [&s](const config::Values& vals) {
+    if (auto x = config::get<bool>(vals, "insecure")) s.insecure = *x;
+    return true;
+  });
   auto* cfg = app.add_option("--config", s.config,
                              std::string("TOML config file (default ") + kDefaultConfig + " when it exists)");
   if (auto rc = cli::parse(app, argc, argv)) return rc;

@@ -50,11 +50,21 @@ struct Settings {
   std::vector<std::string> webhooks;
   // Scheduler-written node/address -> tenant and job name file (tenants.hpp); empty: no attribution.
   std::string tenants_file;
-  std::string config;
   // Switch telemetry collectors (flowin/listener.hpp): "ipfix://ADDR:PORT" / "sflow://ADDR:PORT", repeatable.
   std::vector<std::string> flow_listen;
   // "IP NODE" lines naming the nodes of addresses no agent reports (exporters' flows); they override HELLOs.
   std::string topology;
+  // Query bounds (issue 18): `flows` returns at most this many rows (largest first, "truncated": true beyond;
+  // ~250 JSON bytes a row, so 1M rows is a ~250 MB reply, under the CLI's 1 GiB cap) and gives up after this
+  // many ms (below the CLI's 9 s largest --timeout, so the client gets the error rather than a timeout;
+  // the query endpoint answers one request at a time, so this also bounds how long others wait).
+  int64_t query_max_rows = 1000000;
+  int64_t query_deadline_ms = 8000;
+  std::string config;
+  // Security (daemon/auth.hpp): the aggregator's CURVE secret key, the agents' and query clients'
+  // allowlists; `insecure` (plain TCP, as before CURVE) only when asked for explicitly.
+  std::string server_key, agents, clients;
+  bool insecure = false;
 };
 
 // Parses argv (and the config file); nullopt to go on, else the exit code to return.

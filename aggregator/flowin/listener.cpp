@@ -110,7 +110,7 @@ std::string local_endpoint(const std::string& listen) {
 }
 
 FlowListener::FlowListener(zmq::context_t& ctx, const std::vector<std::string>& urls,
-                           const std::string& ingest)
+                           const std::string& ingest, const keys::ClientCurve& curve)
     : dealer_(ctx, zmq::socket_type::dealer), epoch_(daemon::now_unix_ns()) {
   for (const auto& url : urls) {
     std::string err;
@@ -125,6 +125,7 @@ FlowListener::FlowListener(zmq::context_t& ctx, const std::vector<std::string>& 
     sockets_.push_back({*spec, std::move(fd), make_decoder(spec->proto)});
   }
   dealer_.set(zmq::sockopt::linger, 1000);
+  keys::apply_client(dealer_.handle(), curve);
   dealer_.connect(local_endpoint(ingest));
 }
 

@@ -6,6 +6,8 @@
 // path has a single entry.
 #pragma once
 
+#include "netprism/keys.hpp"
+
 #include <map>
 #include <stop_token>
 #include <string>
@@ -33,7 +35,10 @@ std::string local_endpoint(const std::string& listen);
 class FlowListener {
  public:
   // Binds every UDP socket (throws std::runtime_error naming the URL when one cannot be bound).
-  FlowListener(zmq::context_t& ctx, const std::vector<std::string>& urls, const std::string& ingest);
+  // curve: the client side to connect to a CURVE ingest with (daemon::Auth::collector_curve()); plain when
+  // empty.
+  FlowListener(zmq::context_t& ctx, const std::vector<std::string>& urls, const std::string& ingest,
+               const keys::ClientCurve& curve = {});
   void run(std::stop_token stop);
 
  private:

@@ -386,7 +386,11 @@ void encode_stored(const Batch& b, std::string& out) {
   // Through a per-thread buffer kept at its largest size: encode_into() first sizes its buffer to a bound
   // (~8 bytes per value), and growing `out` to it again on every call would zero-fill it every time.
   thread_local std::string scratch;
-  out.assign(scratch.data(), encode_into(b, scratch));
+  // Encoded first, then copied: encode_into() may reallocate scratch, and the order in which a call's
+  // arguments are evaluated is unspecified (clang reads scratch.data() first: a stale pointer -- found by
+  // fuzz_stored_batch, stored_batch_test's EncodeStoredFromAFreshThread).
+  const std::size_t n = encode_into(b, scratch);
+  out.assign(scratch.data(), n);
 }
 
 std::optional<Batch> decode_stored(std::string_view bytes, std::string& err) {

@@ -3,11 +3,13 @@
 // flowlets themselves become analysis events in analysis/feed.hpp: the store does not know the analysis.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <map>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -45,6 +47,14 @@ struct FlowQuery {
   uint64_t since = 0;
   uint64_t until = std::numeric_limits<uint64_t>::max();
   std::size_t limit = 0;  // 0: no limit
+  // Server-side bounds (the query endpoint's, issue 18): at most max_rows flows (truncated otherwise, like
+  // limit), and a deadline after which the scan stops with QueryDeadline. 0 / nullopt: none.
+  std::size_t max_rows = 0;
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+};
+// Thrown by query_flows when its deadline passes mid-scan.
+struct QueryDeadline : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 // {"flows": [...], "truncated": bool}: one entry per (node, flow key) seen in the range with totals over the
 // range; sorted by bytes, largest first, so --limit keeps the heaviest flows.

@@ -44,6 +44,9 @@ struct Params {
   // Alternating raw/durable pairs (ABBA order), medians reported: one pair lasts well under a second, and
   // on a shared 2-core machine single pairs read anywhere from 0.3 to 0.6.
   int rounds = 7;
+  // 1: every round also runs the durable side with CURVE (keys made per round, one agent key per sender,
+  // the ZAP handler admitting them) and reports its cost against the plain durable run of the same round.
+  int curve = 0;
 };
 
 std::vector<std::vector<std::string>> make_batches(const Params& p, uint64_t epoch) {
@@ -209,19 +212,49 @@ struct Durable {
   std::map<std::string, double> aggregator_thread_cpu_s;  // while timed, by thread name
 };
 
+// CURVE keys for a run: the server's, an admin client's, one agent key per sender (bench<N>).
+std::vector<std::string> make_keys(const std::string& dir, int senders) {
+  auto gen = [&](const std::string& name) {
+    if (auto e = keys::generate(dir + "/" + name); !e.empty()) throw std::runtime_error(e);
+  };
+  gen("server");
+  gen("admin");
+  std::ofstream agents(dir + "/agents"), clients(dir + "/clients");
+  std::string err;
+  for (int s = 0; s < senders; ++s) {
+    gen("bench" + std::to_string(s));
+    agents << "bench" << s << " " << *keys::read_public(dir + "/bench" + std::to_string(s) + ".pub", err)
+           << "\n";
+  }
+  clients << "admin " << *keys::read_public(dir + "/admin.pub", err) << "\n";
+  return {"--server-key", dir + "/server.key", "--agents", dir + "/agents", "--clients", dir + "/clients"};
+}
+
+keys::ClientCurve client_keys(const std::string& dir, const std::string& name) {
+  keys::ClientCurve c;
+  if (auto e = keys::load_client(dir + "/" + name + ".key", dir + "/server.pub", c); !e.empty())
+    throw std::runtime_error(e);
+  return c;
+}
+
 Durable run_durable(const Params& p, const std::vector<std::vector<std::string>>& msgs, uint64_t epoch,
-                    const std::string& dir) {
+                    const std::string& dir, bool curve = false) {
   Durable d;
   zmq::context_t ctx(2);
   // NP_BENCH_AGGREGATOR: another build of the daemon (A/B comparisons of two builds under the same load).
   const char* bin = std::getenv("NP_BENCH_AGGREGATOR");
   std::vector<std::string> extra;
   if (p.zstd_level != 0) extra = {"--zstd-level", std::to_string(p.zstd_level)};
+  std::filesystem::create_directories(dir);
+  if (curve)
+    for (auto& a : make_keys(dir, p.senders)) extra.push_back(a);
   AggregatorProcess proc(bin && *bin ? bin : NETPRISM_AGGREGATOR_BIN, dir, free_port(), free_port(), extra);
+  if (curve) proc.set_client(client_keys(dir, "admin"));
   if (!proc.wait_ready(ctx)) throw std::runtime_error("aggregator did not start");
   std::vector<std::unique_ptr<TestSender>> senders;
   for (int s = 0; s < p.senders; ++s) {
-    senders.push_back(std::make_unique<TestSender>(ctx, proc.listen()));
+    senders.push_back(std::make_unique<TestSender>(
+        ctx, proc.listen(), curve ? client_keys(dir, "bench" + std::to_string(s)) : keys::ClientCurve{}));
     senders.back()->socket().set(zmq::sockopt::rcvtimeo, 30000);
     auto a = senders.back()->hello("bench" + std::to_string(s), epoch, {"10.213.9." + std::to_string(s + 1)});
     if (!a || a->status != AckStatus::kHelloOk) throw std::runtime_error("HELLO not accepted");
@@ -296,9 +329,11 @@ int main(int argc, char** argv) {
       p.zstd_level = v;
     else if (k == "--rounds")
       p.rounds = std::max(1, v);
+    else if (k == "--curve")
+      p.curve = v;
     else {
       std::cerr << "usage: ingest_bench [--senders N] [--batches PER_SENDER] [--records PER_BATCH] [--window "
-                   "N] [--zstd-level L] [--rounds R] [--skip-raw 1]\n";
+                   "N] [--zstd-level L] [--rounds R] [--skip-raw 1] [--curve 1]\n";
       return 2;
     }
   }
@@ -309,7 +344,7 @@ int main(int argc, char** argv) {
     for (auto& m : s) wire_bytes += m.size();
   const double records = static_cast<double>(p.senders) * p.batches * p.records;
   std::vector<Raw> raws;
-  std::vector<Durable> durs;
+  std::vector<Durable> durs, curves;
   for (int r = 0; r < p.rounds; ++r) {
     auto dir = (std::filesystem::temp_directory_path() /
                 ("np_ingest_bench_" + std::to_string(::getpid()) + "_" + std::to_string(r)))
@@ -324,6 +359,11 @@ int main(int argc, char** argv) {
       raw_once();
     }
     std::filesystem::remove_all(dir);
+    if (p.curve) {  // the same durable run with CURVE, right after (the plain one is its baseline)
+      curves.push_back(run_durable(p, msgs, epoch, dir, true));
+      std::filesystem::remove_all(dir);
+      std::cerr << "round " << r + 1 << ": curve cost " << curves.back().secs / durs.back().secs << "\n";
+    }
     std::cerr << "round " << r + 1 << ": ratio " << raws.back().secs / durs.back().secs << "\n";
   }
   auto median_of = [](std::vector<double> v) {
@@ -384,6 +424,18 @@ int main(int argc, char** argv) {
   nlohmann::json by_thread = nlohmann::json::object();
   for (const auto& [name, cpu] : d.aggregator_thread_cpu_s) by_thread[name] = cpu / records * 1e9;
   out["durable_aggregator_cpu_ns_per_record_by_thread"] = by_thread;
+  if (p.curve) {
+    // Records/s with CURVE over records/s without, each round against its own plain run; < 1 is the cost.
+    std::vector<double> cr, cs;
+    for (std::size_t r = 0; r < curves.size(); ++r) {
+      cr.push_back(durs[r].secs / curves[r].secs);
+      cs.push_back(curves[r].secs);
+      d.stored_ok = std::min(d.stored_ok, curves[r].stored_ok);
+    }
+    out["curve_records_per_s"] = records / median_of(cs);
+    out["ratio_curve_vs_plain"] = median_of(cr);
+    out["ratio_curve_rounds"] = cr;
+  }
   std::cout << out.dump(2) << "\n";
   if (d.stored_ok != static_cast<uint64_t>(p.senders) * p.batches) {
     std::cerr << "ingest_bench: only " << d.stored_ok << " batches were acknowledged as stored\n";

@@ -21,8 +21,11 @@ work=$(mktemp -d /tmp/np-load.XXXXXX)
 port=$((20000 + RANDOM % 20000))
 ulimit -n "$(ulimit -Hn)" || true
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (cores: $(nproc))"
-"${NP_LOAD_AGGREGATOR:-$build/aggregator/netprism-aggregator}" --listen "tcp://127.0.0.1:$port" --query "tcp://127.0.0.1:$((port + 1))" \
-  --data-dir "$work/data" ${NP_LOAD_EXTRA:-} >"$work/agg.log" 2>&1 &
+aggbin=${NP_LOAD_AGGREGATOR:-$build/aggregator/netprism-aggregator}
+# netprism-sim's agents are plain DEALERs: plain TCP (--insecure), on builds that have CURVE at all.
+insecure=$("$aggbin" --help 2>/dev/null | grep -q -- --insecure && echo --insecure)
+"$aggbin" --listen "tcp://127.0.0.1:$port" --query "tcp://127.0.0.1:$((port + 1))" \
+  --data-dir "$work/data" $insecure ${NP_LOAD_EXTRA:-} >"$work/agg.log" 2>&1 &
 agg=$!
 sampler=
 cleanup() {
@@ -44,7 +47,7 @@ sleep 1
 sampler=$!
 "$build/bench/scale/netprism-sim" load --aggregator "tcp://127.0.0.1:$port" --agents "$agents" --rate "$rate" \
   --duration "$duration" | tee "$work/load.out" || true  # its exit status is judged below, per criterion
-"$build/aggregator/netprism" --aggregator "tcp://127.0.0.1:$((port + 1))" status --json >"$work/status.json"
+"$build/aggregator/netprism" --insecure --aggregator "tcp://127.0.0.1:$((port + 1))" status --json >"$work/status.json"
 # CPU seconds (utime + stime, clock ticks) per thread name, and of the whole process.
 for t in /proc/$agg/task/*; do
   echo "$(cat "$t/comm") $(awk '{print $14 + $15}' "$t/stat")"

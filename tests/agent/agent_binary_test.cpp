@@ -80,9 +80,9 @@ class AgentProcess {
                   cfg = t_ / "agent.toml", log = t_ / "agent.log";
       int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
       if (fd >= 0) dup2(fd, 2);
-      execlp("ip", "ip", "netns", "exec", ns_.c_str(), NP_AGENT_BIN, "--aggregator", agg_ep.c_str(), "--node",
-             "rdma-fixture", "--iface", "lo", "--spool-dir", spool.c_str(), "--rdma-sysfs", ib.c_str(),
-             "--config", cfg.c_str(), static_cast<char*>(nullptr));
+      execlp("ip", "ip", "netns", "exec", ns_.c_str(), NP_AGENT_BIN, "--insecure", "--aggregator",
+             agg_ep.c_str(), "--node", "rdma-fixture", "--iface", "lo", "--spool-dir", spool.c_str(),
+             "--rdma-sysfs", ib.c_str(), "--config", cfg.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);

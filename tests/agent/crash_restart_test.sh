@@ -40,7 +40,7 @@ start() {
   local runs_before
   runs_before=$(grep -c "watching 1 interface" "$tmp/agent.log" 2>/dev/null)
   # `ip netns exec` execs the agent, so $! is the agent itself (a shell function here would add a subshell).
-  ip netns exec "$ns" "${wrap[@]}" "$agent" --aggregator tcp://127.0.0.1:7470 --node crash --iface "$va" \
+  ip netns exec "$ns" "${wrap[@]}" "$agent" --insecure --aggregator tcp://127.0.0.1:7470 --node crash --iface "$va" \
     --spool-dir "$tmp/spool/s" >>"$tmp/agent.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do
@@ -53,7 +53,7 @@ start() {
 
 start || fail "first run did not attach"
 # A SIGTERM during start-up must still end in a clean shutdown (signals are blocked before attaching).
-ip netns exec "$ns" "${wrap[@]}" "$agent" --aggregator tcp://127.0.0.1:7470 --node early --iface "$vb" \
+ip netns exec "$ns" "${wrap[@]}" "$agent" --insecure --aggregator tcp://127.0.0.1:7470 --node early --iface "$vb" \
   --spool-dir "$tmp/spool2/s" >>"$tmp/early.log" 2>&1 &
 early=$!
 # Once the process is in main() (its name is the agent's), a SIGTERM must lead to a clean exit.

@@ -87,7 +87,7 @@ def fail(msg):
 
 
 def cli(*a):
-    r = subprocess.run(["ip", "netns", "exec", ns_b, args.cli, "--aggregator", "tcp://127.0.0.1:7471", "--json", *a],
+    r = subprocess.run(["ip", "netns", "exec", ns_b, args.cli, "--insecure", "--aggregator", "tcp://127.0.0.1:7471", "--json", *a],
                        capture_output=True, text=True, timeout=30)
     if r.returncode != 0:
         return None
@@ -96,7 +96,7 @@ def cli(*a):
 
 def start_aggregator():
     return spawn([args.aggregator, "--listen", f"tcp://{ip_b}:7470", "--query", "tcp://127.0.0.1:7471",
-                  "--data-dir", f"{tmp}/aggr"], ns_b, f"{tmp}/aggregator.log")
+                  "--data-dir", f"{tmp}/aggr", "--insecure"], ns_b, f"{tmp}/aggregator.log")
 
 
 RECEIVER = r"""
@@ -159,7 +159,7 @@ try:
     with open(config, "w") as f:
         if args.memory_bytes:
             f.write(f"[spool]\nmemory_max_bytes = {args.memory_bytes}\n")
-    agent_cmd = [args.agent, "--config", config, "--aggregator", f"tcp://{ip_b}:7470", "--node", "node-a",
+    agent_cmd = [args.agent, "--config", config, "--insecure", "--aggregator", f"tcp://{ip_b}:7470", "--node", "node-a",
                  "--iface", va, "--mode", args.mode, "--spool-dir", f"{tmp}/spool"]
     if args.unprivileged:
         # The unit's User= and AmbientCapabilities= (packaging/systemd/netprism-agent.service), nothing more.

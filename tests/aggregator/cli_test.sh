@@ -33,8 +33,15 @@ tcheck() {  # tcheck REGEX: the human output matches
 
 lp=$(port); qp=$(port)
 export NETPRISM_AGGREGATOR=tcp://127.0.0.1:$qp
+# CURVE like a real install: the aggregator's key, one key per fed node (bound to it), an admin client key.
+mkdir -p "$work/keys"
+for k in server admin reader node0 node1 node2 node3; do "$cli" keygen --out "$work/keys/$k" >/dev/null || bad "keygen $k"; done
+for n in 0 1 2 3; do echo "node$n $(cat "$work/keys/node$n.pub")"; done >"$work/keys/agents"
+printf 'admin %s\nread %s # a read-only client\n' "$(cat "$work/keys/admin.pub")" "$(cat "$work/keys/reader.pub")" >"$work/keys/clients"
+export NETPRISM_KEY=$work/keys/admin.key NETPRISM_SERVER_PUB=$work/keys/server.pub
+sec=(--server-key "$work/keys/server.key" --agents "$work/keys/agents" --clients "$work/keys/clients")
 "$aggr" --listen tcp://127.0.0.1:$lp --query tcp://127.0.0.1:$qp --data-dir "$work/data" --analysis-interval-ms 200 \
-  2>"$work/aggr.log" &
+  "${sec[@]}" 2>"$work/aggr.log" &
 pid=$!
 for _ in $(seq 50); do "$cli" status >/dev/null 2>&1 && break; sleep 0.2; done
 
@@ -50,7 +57,8 @@ done
 
 # ---- feed: 4 synthetic agents, 30 iterations ---------------------------------------------------------------
 subnet=$((RANDOM % 200 + 20))
-if ! "$feed" --endpoint tcp://127.0.0.1:$lp --nodes 4 --iterations 30 --step-ms 400 --subnet $subnet >"$work/feed.json"; then
+if ! "$feed" --endpoint tcp://127.0.0.1:$lp --nodes 4 --iterations 30 --step-ms 400 --subnet $subnet \
+  --keys-dir "$work/keys" >"$work/feed.json"; then
   bad "np_feed failed"; fi
 records=$($py -c "import json; print(json.load(open('$work/feed.json'))['records'])")
 
@@ -67,8 +75,20 @@ run 0 --json status && jcheck "'agents' in d"          # global option before th
 run 0 status --aggregator "$NETPRISM_AGGREGATOR" --json && jcheck "'agents' in d"  # and after it
 
 # ---- a second daemon on the same data dir is refused ------------------------------------------------------
-"$aggr" --listen tcp://127.0.0.1:$(port) --query tcp://127.0.0.1:$(port) --data-dir "$work/data" >/dev/null 2>"$work/err"; rc2=$?
+"$aggr" --listen tcp://127.0.0.1:$(port) --query tcp://127.0.0.1:$(port) --data-dir "$work/data" "${sec[@]}" >/dev/null 2>"$work/err"; rc2=$?
 [[ $rc2 == 1 ]] && grep -q "in use" "$work/err" && ok "second aggregator on the same data dir refused" || bad "second aggregator: rc=$rc2 $(cat "$work/err")"
+
+# ---- roles (issue 18): a read key gets analysis results, not raw traffic ------------------------------------
+rd=(--key "$work/keys/reader.key")
+run 0 jobs "${rd[@]}" --json && jcheck "'jobs' in d"
+for c in flows "record -o $work/r.rec"; do
+  # shellcheck disable=SC2086
+  run 1 $c "${rd[@]}" && grep -q "needs the admin role" "$work/err" && ok "$c refused for read" || bad "$c with a read key: $(cat "$work/err")"
+done
+run 1 jobs --key "$work/keys/node0.key" --timeout 1  # an agent's key is no client key: refused in the handshake
+run 1 jobs --insecure --timeout 1                     # plain TCP to a CURVE aggregator: no answer
+env -u NETPRISM_KEY "$cli" jobs >/dev/null 2>"$work/err"; rc=$?
+[[ $rc == 1 ]] && grep -q -- "--insecure" "$work/err" && ok "no key: exit 1, names the fix" || bad "no key: rc=$rc $(cat "$work/err")"
 
 # ---- flows ------------------------------------------------------------------------------------------------
 keys="{'node','src','dst','src_port','dst_port','proto','qpn','bytes','payload_bytes','packets','first_ns','last_ns'}"
@@ -193,12 +213,24 @@ run 0 --version
 # ---- aggregator config file: keys mirror flags, flags win, a bad key is named -------------------------------
 kill "$pid"; wait "$pid"; stop_rc=$?; pid=
 printf 'listen = "tcp://127.0.0.1:1"\nquery = "tcp://127.0.0.1:%s"\nretention_age_s = 3600\n' "$qp" >"$work/good.toml"
+printf 'server_key = "%s"\nagents = "%s"\nclients = "%s"\n' "$work/keys/server.key" "$work/keys/agents" \
+  "$work/keys/clients" >>"$work/good.toml"  # the security keys of the config file
 "$aggr" --config "$work/good.toml" --listen tcp://127.0.0.1:$lp --data-dir "$work/data" 2>>"$work/aggr.log" &
 pid=$!
 for _ in $(seq 50); do "$cli" status >/dev/null 2>&1 && break; sleep 0.2; done
 run 0 status --json && jcheck "d['records_total'] == $records"   # query endpoint from the file, data reloaded
 grep -q "listening on tcp://127.0.0.1:$lp" "$work/aggr.log" && ok "flag overrides the file" || bad "flag did not override the config file"
 kill "$pid"; wait "$pid"; pid=
+# insecure = true: plain TCP, with a warning at start-up
+printf 'insecure = true\nquery = "tcp://127.0.0.1:%s"\n' "$qp" >"$work/insecure.toml"
+"$aggr" --config "$work/insecure.toml" --listen tcp://127.0.0.1:$lp --data-dir "$work/data" 2>"$work/insecure.log" &
+pid=$!
+for _ in $(seq 50); do "$cli" --insecure status >/dev/null 2>&1 && break; sleep 0.2; done
+run 0 --insecure status --json && jcheck "d['records_total'] == $records"
+grep -q "WARNING: insecure" "$work/insecure.log" && ok "insecure warns at start-up" || bad "no insecure warning: $(cat "$work/insecure.log")"
+kill "$pid"; wait "$pid"; pid=
+"$aggr" --data-dir "$work/data" --listen tcp://127.0.0.1:$lp >/dev/null 2>"$work/err"; brc=$?
+[[ $brc == 1 ]] && grep -q "server-key" "$work/err" && ok "no key, not insecure: refused, exit 1" || bad "no key: rc=$brc $(cat "$work/err")"
 printf 'listen = "tcp://127.0.0.1:1"\nretention_days = 3\n' >"$work/bad.toml"
 "$aggr" --config "$work/bad.toml" --data-dir "$work/data" >/dev/null 2>"$work/err"; brc=$?
 [[ $brc == 1 ]] && grep -q "retention_days" "$work/err" && ok "bad config key named, exit 1" || bad "bad config: rc=$brc $(cat "$work/err")"

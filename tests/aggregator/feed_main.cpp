@@ -12,7 +12,7 @@ using namespace netprism;
 using namespace netprism::test;
 
 int main(int argc, char** argv) {
-  std::string endpoint, prefix = "node";
+  std::string endpoint, prefix = "node", keys_dir;
   int nodes = 4, iterations = 30, subnet = 77;
   uint64_t step_ms = 400;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
       subnet = std::stoi(v);
     else if (k == "--prefix")
       prefix = v;
+    else if (k == "--keys-dir")  // CURVE: NODE.key per node and server.pub (the aggregator's public key)
+      keys_dir = v;
     else {
       std::cerr << "np_feed: unknown option " << k << "\n";
       return 2;
@@ -36,7 +38,8 @@ int main(int argc, char** argv) {
   }
   if (endpoint.empty() || nodes < 2) {
     std::cerr
-        << "np_feed: --endpoint E [--nodes N>=2] [--iterations K] [--step-ms S] [--subnet X] [--prefix P]\n";
+        << "np_feed: --endpoint E [--nodes N>=2] [--iterations K] [--step-ms S] [--subnet X] [--prefix P] "
+           "[--keys-dir D]\n";
     return 2;
   }
   zmq::context_t ctx;
@@ -45,7 +48,14 @@ int main(int argc, char** argv) {
   auto name = [&](int i) { return prefix + std::to_string(i); };
   const uint64_t epoch = unix_ns();
   for (int i = 0; i < nodes; ++i) {
-    senders.push_back(std::make_unique<TestSender>(ctx, endpoint));
+    keys::ClientCurve curve;
+    if (!keys_dir.empty())
+      if (auto e = keys::load_client(keys_dir + "/" + name(i) + ".key", keys_dir + "/server.pub", curve);
+          !e.empty()) {
+        std::cerr << "np_feed: " << e << "\n";
+        return 2;
+      }
+    senders.push_back(std::make_unique<TestSender>(ctx, endpoint, curve));
     auto a = senders.back()->hello(name(i), epoch, {ip(i) + "/24"});
     if (!a || a->status != AckStatus::kHelloOk) {
       std::cerr << "np_feed: HELLO of " << name(i) << " not accepted\n";

@@ -32,9 +32,9 @@ if ! mount -t tmpfs -o size=2m "np-full-disk-$$" "$disk"; then
   exit 1
 fi
 lp=$(port) qp=$(port)
-"$aggr" --listen tcp://127.0.0.1:$lp --query tcp://127.0.0.1:$qp --data-dir "$disk/data" >"$work/aggr.log" 2>&1 &
+"$aggr" --listen tcp://127.0.0.1:$lp --query tcp://127.0.0.1:$qp --data-dir "$disk/data" --insecure >"$work/aggr.log" 2>&1 &
 pid=$!
-status() { "$cli" --aggregator tcp://127.0.0.1:$qp status "$@"; }
+status() { "$cli" --insecure --aggregator tcp://127.0.0.1:$qp status "$@"; }
 for _ in $(seq 50); do status --json >/dev/null 2>&1 && break; sleep 0.2; done
 
 # 4 virtual agents x 5,000 records/s for 8 s (~160,000 records, several MiB with the WAL): the disk fills

@@ -227,6 +227,27 @@ TEST_F(AggregatorTest, OversizedMessageIsRejected) {
   EXPECT_NE(a->reason.find("limit"), std::string::npos) << a->reason;
 }
 
+// Query bounds (issue 18): `flows` returns at most --query-max-rows rows (largest first, marked truncated),
+// whatever limit the client asks for.
+TEST_F(AggregatorTest, FlowsRowsBoundedByTheServer) {
+  proc_.reset();
+  proc_ = std::make_unique<AggregatorProcess>(NETPRISM_AGGREGATOR_BIN, dir_, listen_port_, query_port_,
+                                              std::vector<std::string>{"--query-max-rows", "2"});
+  ASSERT_TRUE(proc_->wait_ready(ctx_));
+  TestSender s(ctx_, proc_->listen());
+  ASSERT_EQ(s.hello("n1", 5, {"10.213.5.1"})->status, AckStatus::kHelloOk);
+  for (uint16_t i = 0; i < 4; ++i)
+    ASSERT_EQ(s.batch(one_batch("n1", 5, i, static_cast<uint16_t>(41000 + i)))->status, AckStatus::kOk);
+  for (uint64_t limit : {0, 3, 1}) {
+    auto r = proc_->query(ctx_, {{"cmd", "flows"}, {"limit", limit}});
+    ASSERT_TRUE(r && r->value("ok", false)) << (r ? r->dump() : "no answer");
+    const auto& res = (*r)["result"];
+    EXPECT_EQ(res["flows"].size(), limit == 1 ? 1u : 2u) << "limit " << limit;
+    EXPECT_TRUE(res["truncated"].get<bool>());
+    EXPECT_EQ(res["total_flows"], 4);
+  }
+}
+
 TEST_F(AggregatorTest, RegistrationsAndBatchesSurviveRestart) {
   {
     TestSender s(ctx_, proc_->listen());

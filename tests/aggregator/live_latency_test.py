@@ -53,7 +53,7 @@ def main():
     procs = []
     try:
         agg = subprocess.Popen([agg_bin, "--listen", ingest, "--query", query, "--data-dir",
-                                os.path.join(work, "data")], stdout=open(os.path.join(work, "agg.log"), "w"),
+                                os.path.join(work, "data"), "--insecure"], stdout=open(os.path.join(work, "agg.log"), "w"),
                                stderr=subprocess.STDOUT)
         procs.append(agg)
         ctx = zmq.Context()

@@ -16,6 +16,7 @@
 #include "netprism/wire.hpp"
 #include "segment_log.hpp"
 #include "sqlite.hpp"
+#include "flows.hpp"
 #include "store.hpp"
 
 using namespace netprism;
@@ -420,3 +421,15 @@ TEST(SegmentStore, ASizeBoundHoldsOnDiskWhenASkewedClockPinsEverySegment) {
 }
 
 }  // namespace
+
+// Query bounds (issue 18): a flows query past its deadline stops scanning with QueryDeadline.
+TEST(SegmentStore, FlowsQueryStopsAtItsDeadline) {
+  TmpDir d;
+  store::Store s(d.path, store::Db::Mode::kReadWrite);
+  s.enable_segments(64u << 20);
+  ASSERT_TRUE(commit_group(s, {make_batch("n", 0, 50, 1000000), make_batch("n", 1, 50, 2000000)}));
+  store::FlowQuery q;
+  EXPECT_GT(store::query_flows(s, q, {})["total_flows"].get<uint64_t>(), 0u);
+  q.deadline = std::chrono::steady_clock::now() - std::chrono::milliseconds(1);
+  EXPECT_THROW(store::query_flows(s, q, {}), store::QueryDeadline);
+}

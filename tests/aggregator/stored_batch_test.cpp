@@ -138,6 +138,20 @@ TEST(StoredBatch, RowsOfOlderStoresHoldingTheWireMessageStillDecode) {
   EXPECT_NE(err.find("not a batch"), std::string::npos) << err;
 }
 
+// Regression (issue 18's fuzzing): encode_stored() copied from its per-thread buffer through a pointer read
+// before the encoding reallocated it (argument evaluation order; clang builds stored garbage). A fresh thread
+// has an empty buffer, so its first encoding must reallocate.
+TEST(StoredBatch, EncodeStoredFromAFreshThread) {
+  std::mt19937_64 rng(7);
+  const Batch b = batch(rng, 40);
+  std::string enc;
+  std::thread([&] { store::encode_stored(b, enc); }).join();
+  std::string err;
+  auto d = store::decode_stored(enc, err);
+  ASSERT_TRUE(d) << err;
+  EXPECT_EQ(*d, b);
+}
+
 TEST(StoredBatch, CorruptRowsAreErrorsNeverCrashes) {
   std::mt19937_64 rng(4);
   Batch b = batch(rng, 40);

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -22,6 +23,7 @@
 #include <zmq.hpp>
 
 #include "netprism/addr.hpp"
+#include "netprism/keys.hpp"
 #include "netprism/wire.hpp"
 
 namespace netprism::test {
@@ -70,8 +72,11 @@ inline Flowlet make_flowlet(const std::string& src, const std::string& dst, uint
 
 class TestSender {
  public:
-  TestSender(zmq::context_t& ctx, const std::string& endpoint) : s_(ctx, zmq::socket_type::dealer) {
+  // `curve` enabled: a CURVE client (the aggregator's ZAP handler decides whether it gets in).
+  TestSender(zmq::context_t& ctx, const std::string& endpoint, const keys::ClientCurve& curve = {})
+      : s_(ctx, zmq::socket_type::dealer) {
     s_.set(zmq::sockopt::linger, 0);
+    keys::apply_client(s_.handle(), curve);
     s_.connect(endpoint);
   }
   void send_raw(std::string_view bytes) { (void)s_.send(zmq::buffer(bytes), zmq::send_flags::none); }
@@ -111,7 +116,8 @@ class TestSender {
   zmq::socket_t s_;
 };
 
-// The real daemon as a child process; stopped (SIGTERM, then SIGKILL) when destroyed.
+// The real daemon as a child process; stopped (SIGTERM, then SIGKILL) when destroyed. Plain TCP
+// (--insecure) unless `extra` gives a --server-key; then query() uses the key set with set_client().
 class AggregatorProcess {
  public:
   AggregatorProcess(const std::string& binary, const std::string& data_dir, int listen_port, int query_port,
@@ -120,6 +126,7 @@ class AggregatorProcess {
         query_("tcp://127.0.0.1:" + std::to_string(query_port)) {
     std::vector<std::string> args = {binary, "--listen", listen_, "--query", query_, "--data-dir", data_dir};
     args.insert(args.end(), extra.begin(), extra.end());
+    if (std::find(extra.begin(), extra.end(), "--server-key") == extra.end()) args.push_back("--insecure");
     pid_ = ::fork();
     if (pid_ == 0) {
       std::vector<char*> argv;
@@ -138,6 +145,7 @@ class AggregatorProcess {
   AggregatorProcess& operator=(const AggregatorProcess&) = delete;
 
   pid_t pid() const { return pid_; }
+  void set_client(keys::ClientCurve c) { client_ = std::move(c); }
   const std::string& listen() const { return listen_; }
   const std::string& query() const { return query_; }
 
@@ -177,6 +185,7 @@ class AggregatorProcess {
     zmq::socket_t s(ctx, zmq::socket_type::req);
     s.set(zmq::sockopt::linger, 0);
     s.set(zmq::sockopt::rcvtimeo, timeout_ms);
+    keys::apply_client(s.handle(), client_);
     s.connect(query_);
     auto text = req.dump();
     (void)s.send(zmq::buffer(text), zmq::send_flags::none);
@@ -196,6 +205,7 @@ class AggregatorProcess {
  private:
   std::string listen_, query_;
   pid_t pid_ = -1;
+  keys::ClientCurve client_;
 };
 
 }  // namespace netprism::test

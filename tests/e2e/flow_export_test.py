@@ -160,12 +160,25 @@ sampling_rate[sf]: {sampling}
         self.spawn(["pmacctd", "-f", conf], stdout=self.log("pmacctd"), stderr=subprocess.STDOUT)
         time.sleep(2)  # pcap sockets open before the first packet
 
-    def start_aggregator(self, binary, topology):
+    def start_aggregator(self, binary, topology, netprism):
         """A live aggregator collecting softflowd's IPFIX and pmacct's sFlow (--flow-listen) on the ports the
-        exporters send to (the captures see the same datagrams)."""
+        exporters send to (the captures see the same datagrams). CURVE like a real install: the aggregator's
+        key, no agent keys (its collectors feed ingest with an in-memory key), a read client for the CLI."""
         self.ingest = free_port(socket.SOCK_STREAM)
         self.query = free_port(socket.SOCK_STREAM, taken=(self.ingest,))
+        keys = os.path.join(self.out, "keys")
+        os.makedirs(keys, exist_ok=True)
+        for who in ("server", "client"):
+            subprocess.run([netprism, "keygen", "--out", os.path.join(keys, who)], check=True, capture_output=True)
+        with open(os.path.join(keys, "agents"), "w") as f:
+            f.write("# no agents: only the collectors write\n")
+        with open(os.path.join(keys, "clients"), "w") as f:
+            f.write("read " + open(os.path.join(keys, "client.pub")).read().strip() + "\n")
+        os.environ["NETPRISM_KEY"] = os.path.join(keys, "client.key")
+        os.environ["NETPRISM_SERVER_PUB"] = os.path.join(keys, "server.pub")
         self.spawn([binary, "--listen", f"tcp://127.0.0.1:{self.ingest}", "--query", f"tcp://127.0.0.1:{self.query}",
+                    "--server-key", os.path.join(keys, "server.key"), "--agents", os.path.join(keys, "agents"),
+                    "--clients", os.path.join(keys, "clients"),
                     "--data-dir", os.path.join(self.out, "aggregator"), "--topology", topology,
                     "--flow-listen", f"ipfix://127.0.0.1:{self.ports['softflowd']}",
                     "--flow-listen", f"sflow://127.0.0.1:{self.ports['sfprobe']}"],
@@ -264,7 +277,7 @@ def main():
         with open(topo, "w") as f:
             f.write(c.topology())
         ex = Exporters(c, work, a.active_timeout, a.sampling)
-        ex.start_aggregator(a.aggregator, topo)
+        ex.start_aggregator(a.aggregator, topo, a.netprism)
         r = subprocess.run([sys.executable, os.path.join(HERE, "testbed.py"), "run", "--cluster", run_id,
                             "--dp", "2", "--pp", "2", "--iters", str(a.iters), "--fwd-ms", str(a.fwd_ms),
                             "--out", run_dir, "--force"], capture_output=True, text=True)

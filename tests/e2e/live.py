@@ -66,6 +66,25 @@ def log_tail(path, lines=8):
         return f"({e})"
 
 
+def make_keys(netprism, keys_dir, nodes):
+    """CURVE like a real install (issue 18): the aggregator's key, one agent key per node bound to that node,
+    an admin client key for the CLI. Returns keys_dir."""
+    os.makedirs(keys_dir, exist_ok=True)
+    for name in ["server", "admin"] + list(nodes):
+        if not os.path.exists(os.path.join(keys_dir, name + ".key")):
+            subprocess.run([netprism, "keygen", "--out", os.path.join(keys_dir, name)], check=True,
+                           capture_output=True, text=True)
+
+    def pub(name):
+        with open(os.path.join(keys_dir, name + ".pub")) as f:
+            return f.read().strip()
+    with open(os.path.join(keys_dir, "agents"), "w") as f:
+        f.writelines(f"{n} {pub(n)}\n" for n in nodes)
+    with open(os.path.join(keys_dir, "clients"), "w") as f:
+        f.write(f"admin {pub('admin')}\n")
+    return keys_dir
+
+
 class LiveStack:
     def __init__(self, cluster, out, agent=None, aggregator=None, netprism=None):
         self.c = cluster
@@ -78,6 +97,11 @@ class LiveStack:
         self.agents = {}
         self.attached = False
         self.events = []  # (time, what) observed while polling
+        self.keys = None  # CURVE keys dir (make_keys), set by start() or attach()
+
+    def cli_auth(self):
+        """The CLI's CURVE flags (the admin client key)."""
+        return ["--key", os.path.join(self.keys, "admin.key"), "--server-pub", os.path.join(self.keys, "server.pub")]
 
     def pick_ports(self):
         port = free_port_pair(self.c.host_ip)
@@ -85,7 +109,8 @@ class LiveStack:
         self.query = f"tcp://127.0.0.1:{port + 1}"
 
     def cli(self, *args, timeout=15):
-        r = subprocess.run([self.netprism, "--aggregator", self.query] + list(args) + ["--json"], text=True,
+        r = subprocess.run([self.netprism, "--aggregator", self.query] + self.cli_auth() + list(args) + ["--json"],
+                           text=True,
                            capture_output=True, timeout=timeout)
         if r.returncode != 0:
             raise RuntimeError(f"netprism {' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
@@ -96,7 +121,7 @@ class LiveStack:
         """The stack an `up --live` cluster already runs (left running at the end)."""
         live = cluster.extra["live"]
         s = cls(cluster, out, netprism=live.get("netprism"))
-        s.ingest, s.query, s.attached = live["ingest"], live["query"], True
+        s.ingest, s.query, s.attached, s.keys = live["ingest"], live["query"], True, live.get("keys")
         return s
 
     def start(self, timeout=30, detach=False):
@@ -105,11 +130,15 @@ class LiveStack:
         data = os.path.join(self.out, "live", "aggregator")
         os.makedirs(data, exist_ok=True)
         log_path = os.path.join(self.out, "logs", "aggregator.log")
+        self.keys = make_keys(self.netprism, os.path.join(self.out, "live", "keys"),
+                              [self.c.node(k) for k in range(self.c.n)])
+        sec = ["--server-key", os.path.join(self.keys, "server.key"), "--agents", os.path.join(self.keys, "agents"),
+               "--clients", os.path.join(self.keys, "clients")]
         for _ in range(3):
             log = open(log_path, "a")
             start = log.tell()
             self.agg_proc = subprocess.Popen([self.aggregator, "--listen", self.ingest, "--query", self.query,
-                                              "--data-dir", data], stdout=log, stderr=subprocess.STDOUT,
+                                              "--data-dir", data] + sec, stdout=log, stderr=subprocess.STDOUT,
                                              start_new_session=detach)
             self.c.track(self.agg_proc.pid)
             if not self.bind_lost(log_path, start):
@@ -123,7 +152,9 @@ class LiveStack:
             os.makedirs(spool, exist_ok=True)
             alog = open(os.path.join(self.out, "logs", f"agent.{node}.log"), "w")
             self.agents[node] = self.c.popen(k, [self.agent, "--aggregator", self.ingest, "--node", node, "--iface",
-                                                 self.c.veth(k), "--spool-dir", spool],
+                                                 self.c.veth(k), "--spool-dir", spool,
+                                                 "--key", os.path.join(self.keys, node + ".key"),
+                                                 "--server-pub", os.path.join(self.keys, "server.pub")],
                                              stdout=alog, stderr=subprocess.STDOUT, start_new_session=detach)
         deadline = time.time() + timeout
         last = None
@@ -141,7 +172,7 @@ class LiveStack:
                 up = {a["node"] for a in st.get("agents", []) if a.get("connected")}
                 if up >= set(self.agents):
                     self.c.extra["live"] = {"ingest": self.ingest, "query": self.query, "netprism": self.netprism,
-                                            "data": os.path.dirname(data)}
+                                            "data": os.path.dirname(data), "keys": self.keys}
                     self.c.save()
                     return
                 last = f"connected: {sorted(up)}"
@@ -195,7 +226,7 @@ class LiveStack:
         lines = []
 
         def run(*args):
-            r = subprocess.run([self.netprism, "--aggregator", self.query] + list(args), text=True,
+            r = subprocess.run([self.netprism, "--aggregator", self.query] + self.cli_auth() + list(args), text=True,
                                capture_output=True, timeout=15)
             lines.append(f"$ netprism {' '.join(args)}")
             lines.append((r.stdout + r.stderr).rstrip())

@@ -476,7 +476,7 @@ def cmd_up(a):
             c.teardown()
             raise
         print(f"live: agents on every node, aggregator {s.ingest}; query with\n"
-              f"  {s.netprism} --aggregator {s.query} jobs\n"
+              f"  {s.netprism} --aggregator {s.query} {' '.join(s.cli_auth())} jobs\n"
               f"run jobs with: scripts/testbed run --cluster {c.run_id} ... --out DIR; logs in {out}/logs")
     print(f"remove with: scripts/testbed down {c.run_id}")
     return 0

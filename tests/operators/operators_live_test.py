@@ -131,7 +131,7 @@ class Run:
         return p
 
     def cli(self, *args):
-        r = subprocess.run([self.cli_bin, "--aggregator", self.query, "--json", *args], stdout=subprocess.PIPE,
+        r = subprocess.run([self.cli_bin, "--aggregator", self.query, "--insecure", "--json", *args], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, timeout=30)
         check(r.returncode == 0, f"netprism {' '.join(args)}: {r.stderr}")
         return json.loads(r.stdout)
@@ -150,7 +150,9 @@ class Run:
             f.write("# node tenant job-name\n" + "".join(f"node-{i:04d} acme llm-7b\n" for i in range(4)))
         self.spawn([self.agg_bin, "--listen", self.ingest, "--query", self.query, "--data-dir",
                     os.path.join(self.work, "data"), "--http", f"127.0.0.1:{self.http_p}", "--http-token", token,
-                    "--webhook", f"http://127.0.0.1:{self.hook_p}/hook", "--tenants", tenants], "agg.log")
+                    "--webhook", f"http://127.0.0.1:{self.hook_p}/hook", "--tenants", tenants,
+                    # the simulated agents (bench/scale's simulator) speak plain TCP
+                    "--insecure"], "agg.log")
         wait_for(lambda: http_get(self.base + "/metrics")[0] == 200, 20, "the aggregator's /metrics")
         conf = os.path.join(self.work, "prometheus.yml")
         with open(conf, "w") as f:

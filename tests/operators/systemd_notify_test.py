@@ -41,7 +41,7 @@ def main():
     env = dict(os.environ, NOTIFY_SOCKET=sock_path, WATCHDOG_USEC="2000000", JOURNAL_STREAM=f"{st.st_dev}:{st.st_ino}")
     env.pop("WATCHDOG_PID", None)
     agg = subprocess.Popen([agg_bin, "--listen", f"tcp://127.0.0.1:{ingest}", "--query", f"tcp://127.0.0.1:{query}",
-                            "--data-dir", os.path.join(work, "data")], env=env, stdout=log, stderr=log)
+                            "--data-dir", os.path.join(work, "data"), "--insecure"], env=env, stdout=log, stderr=log)
     got = []  # (seconds since start, message)
     t0 = time.time()
     try:

@@ -17,9 +17,12 @@ deploy_steps() {
   wait "$pid" 2>/dev/null || true
   rm -rf "${root:?}$data"
   # Step 3: the aggregator's config with the HTTP endpoint and its token file.
+  # insecure: the synthetic agents (np_feed) and this script's CLI speak plain TCP; the keys step (4) is
+  # checked by packages_test.sh (key made on install) and the CURVE tests (auth_tests, aggregator_cli).
   cat >"$root/etc/netprism/aggregator.toml" <<TOML
 listen = "tcp://127.0.0.1:$((port + 1))"
 query = "tcp://127.0.0.1:$((port + 2))"
+insecure = true
 
 [http]
 listen = "127.0.0.1:$port"
@@ -46,16 +49,16 @@ TOML
   if "$build/tests/aggregator/np_feed" --endpoint "tcp://127.0.0.1:$((port + 1))" --nodes 4 --iterations 20 \
     --step-ms 200 >"$work/feed.log" 2>&1; then
     for i in $(seq 50); do
-      job=$(inroot netprism --aggregator "$q" --json jobs | grep -o '"id":"[^"]*"' | head -1 | cut -d'"' -f4 ||
+      job=$(inroot netprism --insecure --aggregator "$q" --json jobs | grep -o '"id":"[^"]*"' | head -1 | cut -d'"' -f4 ||
         true)
       [[ -n $job ]] && break
       sleep 0.2
     done
   fi
   [[ -n $job ]] && echo "ok: deploy: netprism jobs shows job $job" || fail "deploy: no job recognised"
-  inroot netprism --aggregator "$q" status >/dev/null && echo "ok: deploy: netprism status" ||
+  inroot netprism --insecure --aggregator "$q" status >/dev/null && echo "ok: deploy: netprism status" ||
     fail "deploy: netprism status"
-  inroot netprism --aggregator "$q" diagnose "$job" >/dev/null && echo "ok: deploy: netprism diagnose $job" ||
+  inroot netprism --insecure --aggregator "$q" diagnose "$job" >/dev/null && echo "ok: deploy: netprism diagnose $job" ||
     fail "deploy: netprism diagnose"
   curl -sf -H "Authorization: Bearer $token" "http://127.0.0.1:$port/api/v1/timeline/$job" | grep -q '"iterations"' &&
     echo "ok: deploy: /api/v1/timeline with the token" || fail "deploy: /api/v1/timeline/$job with the token"

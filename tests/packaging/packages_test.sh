@@ -93,6 +93,11 @@ grep -q '^RestartPreventExitStatus=2' "$root/usr/lib/systemd/system/netprism-age
   echo "ok: agent unit does not restart on exit 2" || fail "agent unit restarts on a configuration error"
 grep -q -- '--data-dir' "$root/usr/lib/systemd/system/netprism-aggregator.service" &&
   fail "the aggregator unit overrides data_dir" || echo "ok: aggregator unit leaves data_dir to the config"
+# The aggregator's CURVE key: made on install (0640, service group), never shipped in the package.
+st=$(inroot stat -c '%a %G' /etc/netprism/aggregator.key 2>&1)
+[[ $st == "640 netprism" ]] && echo "ok: aggregator key created on install" || fail "aggregator key: $st"
+dpkg-deb -c "$work"/out/netprism-aggregator_*.deb | grep -q 'aggregator\.key' && fail "a key is in the package" ||
+  echo "ok: no key in the package"
 deploy_steps
 for u in netprism-agent netprism; do inroot getent passwd "$u" >/dev/null && echo "ok: user $u" || fail "no user $u"; done
 for p in netprism-agent netprism-aggregator; do

@@ -1,0 +1,227 @@
+// Issue 18's acceptance over the real daemon with CURVE + ZAP: a plain DEALER gets nothing and stores
+// nothing; an agent key bound to node A cannot write for node B; an unknown key gets nothing; a `read`
+// client gets jobs but not flows or dump; an agent pinned to the wrong server key never drops its spool.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "clock.hpp"
+#include "delivery.hpp"
+#include "spool.hpp"
+#include "test_sender.hpp"
+
+using namespace netprism;
+using namespace netprism::test;
+using nlohmann::json;
+
+namespace {
+
+constexpr auto kSilence = std::chrono::milliseconds(1500);  // far above a loopback round trip (~1 ms)
+
+Batch one_batch(const std::string& node, uint64_t epoch, uint64_t seq) {
+  Batch b;
+  b.node = node;
+  b.epoch = epoch;
+  b.seq = seq;
+  b.sent_ns = unix_ns();
+  uint64_t t = b.sent_ns - 1000000;
+  b.flowlets.push_back(make_flowlet("10.213.9.1", "10.213.9.2", 40000, 29500, t, t + 500000, 15000, 10));
+  return b;
+}
+
+class AuthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("np_auth_" + std::to_string(::getpid()) + "_" + std::to_string(unix_ns() % 1000000));
+    std::filesystem::create_directories(dir_);
+    for (const char* k : {"server", "agent_a", "admin", "reader", "stranger", "fake_server"})
+      ASSERT_EQ(keys::generate(dir_ + "/" + k), "");
+    std::ofstream(dir_ + "/agents") << "# node key\nnode-a " << pub("agent_a")
+                                    << "  # bound to node-a only\n";
+    std::ofstream(dir_ + "/clients") << "admin " << pub("admin") << "\nread " << pub("reader") << "\n";
+    proc_ = std::make_unique<AggregatorProcess>(
+        NETPRISM_AGGREGATOR_BIN, dir_ + "/data", free_port(), free_port(),
+        std::vector<std::string>{"--server-key", dir_ + "/server.key", "--agents", dir_ + "/agents",
+                                 "--clients", dir_ + "/clients"});
+    proc_->set_client(client("admin"));
+    ASSERT_TRUE(proc_->wait_ready(ctx_)) << "aggregator did not come up";
+  }
+  void TearDown() override {
+    proc_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  std::string pub(const std::string& name) {
+    std::string err;
+    return keys::read_public(dir_ + "/" + name + ".pub", err).value_or("");
+  }
+  keys::ClientCurve client(const std::string& name, const std::string& server = "server") {
+    keys::ClientCurve c;
+    EXPECT_EQ(keys::load_client(dir_ + "/" + name + ".key", dir_ + "/" + server + ".pub", c), "");
+    return c;
+  }
+  json status() {
+    auto r = proc_->query(ctx_, {{"cmd", "status"}});
+    EXPECT_TRUE(r && r->value("ok", false));
+    return r ? (*r)["result"] : json();
+  }
+  // Stored batches of `node` (admin dump).
+  std::size_t stored_for(const std::string& node) {
+    auto r = proc_->query(ctx_, {{"cmd", "dump"}, {"after_id", 0}});
+    EXPECT_TRUE(r && r->value("ok", false));
+    std::size_t n = 0;
+    if (r)
+      for (const auto& b : (*r)["result"]["batches"]) n += b["node"] == node;
+    return n;
+  }
+
+  zmq::context_t ctx_;
+  std::string dir_;
+  std::unique_ptr<AggregatorProcess> proc_;
+};
+
+TEST_F(AuthTest, PlainDealerGetsNoAckAndStoresNothing) {
+  TestSender plain(ctx_, proc_->listen());
+  Hello h;
+  h.node = "node-a";
+  h.epoch = 1;
+  h.sent_ns = unix_ns();
+  plain.send_raw(wire::encode(h));
+  plain.send_raw(wire::encode(one_batch("node-a", 1, 0)));
+  EXPECT_FALSE(plain.recv_ack(kSilence)) << "a plain DEALER got an answer";
+  auto st = status();
+  EXPECT_EQ(st["agents"].size(), 0u) << st.dump();
+  EXPECT_EQ(st["records_total"], 0) << st.dump();
+  EXPECT_EQ(st["ingest"]["messages"], 0) << "an unauthenticated peer's bytes reached the decoder";
+}
+
+TEST_F(AuthTest, UnknownKeyGetsNothing) {
+  TestSender s(ctx_, proc_->listen(), client("stranger"));
+  s.send_raw(wire::encode(one_batch("node-a", 1, 0)));
+  EXPECT_FALSE(s.recv_ack(kSilence));
+  auto st = status();
+  EXPECT_EQ(st["ingest"]["messages"], 0);
+  EXPECT_GE(st["auth"]["denied_connections"], 1) << st.dump();
+  EXPECT_EQ(st["auth"]["agent_keys"], 1);
+}
+
+TEST_F(AuthTest, KeyBoundToNodeACannotWriteForB) {
+  TestSender s(ctx_, proc_->listen(), client("agent_a"));
+  auto h = s.hello("node-b", 5);
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, AckStatus::kRejected) << "HELLO for another node accepted";
+  h = s.hello("node-a", 5);
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, AckStatus::kHelloOk);
+  auto a = s.batch(one_batch("node-a", 5, 0));
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->status, AckStatus::kOk);
+  a = s.batch(one_batch("node-b", 5, 0));
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->status, AckStatus::kRejected);
+  EXPECT_EQ(a->reason, "node not allowed for this key");
+
+  EXPECT_EQ(stored_for("node-b"), 0u);
+  EXPECT_EQ(stored_for("node-a"), 1u);
+  auto st = status();
+  ASSERT_EQ(st["agents"].size(), 1u) << st.dump();
+  EXPECT_EQ(st["agents"][0]["node"], "node-a");
+  EXPECT_EQ(st["ingest"]["rejected_by_reason"]["node not allowed for this key"], 2) << st.dump();
+}
+
+// Exhaustion by registration: an admitted but hostile agent sending HELLOs for random node names registers
+// nothing -- the registry is bounded by the agents allowlist, one node per key.
+TEST_F(AuthTest, HelloFloodWithRandomNodesRegistersNothing) {
+  TestSender s(ctx_, proc_->listen(), client("agent_a"));
+  Hello h;
+  h.agent_version = "flood";
+  h.epoch = 1;
+  constexpr int kHellos = 2000;
+  for (int i = 0; i < kHellos; ++i) {
+    h.node = "rnd-" + std::to_string(i * 7919 % 100003);
+    s.send_raw(wire::encode(h));
+  }
+  int rejected = 0;
+  for (int i = 0; i < kHellos; ++i) {
+    auto a = s.recv_ack();
+    ASSERT_TRUE(a) << "answer " << i;
+    rejected += a->status == AckStatus::kRejected;
+  }
+  EXPECT_EQ(rejected, kHellos);
+  auto st = status();
+  EXPECT_EQ(st["agents"].size(), 0u);
+  EXPECT_EQ(st["ingest"]["rejected_by_reason"]["node not allowed for this key"], kHellos);
+}
+
+TEST_F(AuthTest, ReadClientGetsJobsButNotRawTraffic) {
+  proc_->set_client(client("reader"));
+  auto r = proc_->query(ctx_, {{"cmd", "jobs"}});
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->value("ok", false)) << r->dump();
+  for (const char* cmd : {"dump", "flows"}) {
+    r = proc_->query(ctx_, {{"cmd", cmd}});
+    ASSERT_TRUE(r) << cmd;
+    EXPECT_FALSE(r->value("ok", true)) << cmd;
+    EXPECT_TRUE(r->value("forbidden", false)) << cmd;
+    EXPECT_NE(r->value("error", "").find("admin role"), std::string::npos) << r->dump();
+  }
+  proc_->set_client(client("admin"));
+  r = proc_->query(ctx_, {{"cmd", "dump"}});
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->value("ok", false));
+  proc_->set_client(client("agent_a"));  // an agent's key is no client key: refused in the handshake
+  EXPECT_FALSE(proc_->query(ctx_, {{"cmd", "jobs"}}, 1000));
+}
+
+// The agent's real delivery path, pinned to a server key the aggregator does not hold: no handshake, no
+// ACK, so every batch stays pending and goes to the spool; the same spool pinned right is delivered.
+TEST_F(AuthTest, WrongServerKeyAgentNeverDropsItsSpool) {
+  auto deliver = [&](const std::string& server, int ms) {
+    agent::Spool spool(dir_ + "/spool", 1 << 20);
+    std::string err;
+    EXPECT_TRUE(spool.open(err)) << err;
+    agent::DeliveryOptions o;
+    o.endpoint = proc_->listen();
+    o.curve = client("agent_a", server);
+    o.hello_timeout_ns = 300'000'000;
+    o.backoff_min_ns = 20'000'000;
+    o.backoff_max_ns = 200'000'000;
+    agent::Delivery d(
+        ctx_, o, spool,
+        [] {
+          Hello h;
+          h.node = "node-a";
+          h.epoch = 9;
+          h.sent_ns = agent::real_now_ns();
+          return h;
+        },
+        [] {
+          Heartbeat hb;
+          hb.node = "node-a";
+          hb.epoch = 9;
+          return hb;
+        });
+    if (spool.count() == 0)
+      for (uint64_t seq = 0; seq < 3; ++seq) d.submit({9, seq}, wire::encode(one_batch("node-a", 9, seq)), 1);
+    auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (std::chrono::steady_clock::now() < end && !d.idle()) {
+      d.service(agent::mono_now_ns());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    auto stats = d.stats();
+    d.spool_all();
+    return std::make_pair(stats, spool.count());
+  };
+  auto [bad, spooled] = deliver("fake_server", 3000);
+  EXPECT_EQ(bad.acked_batches, 0u);
+  EXPECT_EQ(bad.hello_oks, 0u);
+  EXPECT_EQ(spooled, 3u) << "batches left the spool without an ACK from the real aggregator";
+  EXPECT_EQ(stored_for("node-a"), 0u);
+
+  auto [good, left] = deliver("server", 10000);  // positive control: the same spool, the right key
+  EXPECT_EQ(good.acked_batches, 3u);
+  EXPECT_EQ(left, 0u);
+  EXPECT_EQ(stored_for("node-a"), 3u);
+}
+
+}  // namespace
