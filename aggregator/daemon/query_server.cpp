@@ -62,6 +62,44 @@ QueryServer::QueryServer(zmq::context_t& ctx, const Settings& s, Registry& reg, 
   if (!s.tenants_file.empty()) tenants_ = std::make_unique<Tenants>(s.tenants_file);
 }
 
+// `dump`: a page of raw stored batches, plus the registrations on the first page (`netprism record`).
+nlohmann::json QueryServer::dump(const nlohmann::json& req) {
+  int64_t after = static_cast<int64_t>(u64_arg(req, "after_id", 0));
+  auto rows = reader_->raw_batches(after, u64_arg(req, "since", 0), u64_arg(req, "until", UINT64_MAX),
+                                   kDumpPageBytes);
+  auto out = nlohmann::json::array();
+  for (const auto& r : rows)
+    out.push_back({{"id", r.id},
+                   {"node", r.node},
+                   {"epoch", r.epoch},
+                   {"seq", r.seq},
+                   {"received_ns", r.received_ns},
+                   {"first_ns", r.first_ns},
+                   {"last_ns", r.last_ns},
+                   {"records", r.records},
+                   {"raw_bytes", r.raw_bytes},
+                   {"data", base64(r.data)}});
+  nlohmann::json res = {{"batches", out}, {"done", rows.empty()}};
+  if (after == 0) {
+    auto nodes = nlohmann::json::array();
+    for (const auto& n : reader_->nodes()) {
+      nlohmann::json ifs = nlohmann::json::array();
+      for (const auto& i : n.hello.interfaces)
+        ifs.push_back({{"name", i.name}, {"ifindex", i.ifindex}, {"addrs", i.addrs}});
+      nodes.push_back({{"node", n.node},
+                       {"epoch", n.epoch},
+                       {"agent_version", n.hello.agent_version},
+                       {"interfaces", ifs},
+                       {"registered_ns", n.registered_ns},
+                       {"last_seen_ns", n.last_seen_ns},
+                       {"records", n.records}});
+    }
+    res["nodes"] = nodes;
+    res["own_ports"] = own_.ports;
+  }
+  return res;
+}
+
 nlohmann::json QueryServer::handle(const nlohmann::json& req) {
   if (!req.is_object() || !req.contains("cmd") || !req["cmd"].is_string())
     throw BadRequest("request must be a JSON object with a string 'cmd'");
@@ -126,42 +164,7 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
     if (cmd == "diagnose") return analysis::diagnosis(*j);
     return analysis::perfetto(*j);
   }
-  if (cmd == "dump") {  // pages of raw stored batches plus registrations, for `netprism record`
-    int64_t after = static_cast<int64_t>(u64_arg(req, "after_id", 0));
-    auto rows = reader_->raw_batches(after, u64_arg(req, "since", 0), u64_arg(req, "until", UINT64_MAX),
-                                     kDumpPageBytes);
-    auto out = nlohmann::json::array();
-    for (const auto& r : rows)
-      out.push_back({{"id", r.id},
-                     {"node", r.node},
-                     {"epoch", r.epoch},
-                     {"seq", r.seq},
-                     {"received_ns", r.received_ns},
-                     {"first_ns", r.first_ns},
-                     {"last_ns", r.last_ns},
-                     {"records", r.records},
-                     {"raw_bytes", r.raw_bytes},
-                     {"data", base64(r.data)}});
-    nlohmann::json res = {{"batches", out}, {"done", rows.empty()}};
-    if (after == 0) {
-      auto nodes = nlohmann::json::array();
-      for (const auto& n : reader_->nodes()) {
-        nlohmann::json ifs = nlohmann::json::array();
-        for (const auto& i : n.hello.interfaces)
-          ifs.push_back({{"name", i.name}, {"ifindex", i.ifindex}, {"addrs", i.addrs}});
-        nodes.push_back({{"node", n.node},
-                         {"epoch", n.epoch},
-                         {"agent_version", n.hello.agent_version},
-                         {"interfaces", ifs},
-                         {"registered_ns", n.registered_ns},
-                         {"last_seen_ns", n.last_seen_ns},
-                         {"records", n.records}});
-      }
-      res["nodes"] = nodes;
-      res["own_ports"] = own_.ports;
-    }
-    return res;
-  }
+  if (cmd == "dump") return dump(req);
   throw BadRequest("unknown command '" + cmd + "'");
 }
 

@@ -24,6 +24,7 @@ class QueryServer {
               store::OwnTraffic own, const Auth* auth = nullptr);
   void run(std::stop_token stop);
   nlohmann::json handle(const nlohmann::json& req);  // exposed for in-process use
+  nlohmann::json dump(const nlohmann::json& req);    // one page of `dump`
   // One request -> its reply document (the envelope above); safe to call from other threads (the HTTP API).
   nlohmann::json answer(const nlohmann::json& req);
 

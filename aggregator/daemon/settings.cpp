@@ -59,6 +59,24 @@ void add_operator_options(CLI::App& app, Settings& s, config::Schema& schema, Fr
     return true;
   });
 }
+
+// The repeatable --flow-listen (config list flow_listen) and --insecure (config bool insecure).
+void add_list_and_flag_options(CLI::App& app, Settings& s, config::Schema& schema, FromFile& from_file) {
+  auto* flow_opt = app.add_option("--flow-listen", s.flow_listen,
+                                  "collect switch telemetry: ipfix://ADDR:PORT (IPFIX, NetFlow v9) or "
+                                  "sflow://ADDR:PORT (repeatable)");
+  schema["flow_listen"] = config::Type::kStringList;
+  from_file.emplace_back(flow_opt, [&s](const config::Values& vals) {
+    if (auto x = config::get<std::vector<std::string>>(vals, "flow_listen")) s.flow_listen = *x;
+    return true;
+  });
+  auto* insecure = app.add_flag("--insecure", s.insecure, "plain TCP without CURVE (no authentication)");
+  schema["insecure"] = config::Type::kBool;
+  from_file.emplace_back(insecure, [&s](const config::Values& vals) {
+    if (auto x = config::get<bool>(vals, "insecure")) s.insecure = *x;
+    return true;
+  });
+}
 }  // namespace
 
 std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
@@ -122,21 +140,8 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
       return true;
     });
   }
-  auto* flow_opt = app.add_option("--flow-listen", s.flow_listen,
-                                  "collect switch telemetry: ipfix://ADDR:PORT (IPFIX, NetFlow v9) or "
-                                  "sflow://ADDR:PORT (repeatable)");
-  schema["flow_listen"] = config::Type::kStringList;
-  from_file.emplace_back(flow_opt, [&s](const config::Values& vals) {
-    if (auto x = config::get<std::vector<std::string>>(vals, "flow_listen")) s.flow_listen = *x;
-    return true;
-  });
+  add_list_and_flag_options(app, s, schema, from_file);
   add_operator_options(app, s, schema, from_file);
-  auto* insecure = app.add_flag("--insecure", s.insecure, "plain TCP without CURVE (no authentication)");
-  schema["insecure"] = config::Type::kBool;
-  from_file.emplace_back(insecure, [&s](const config::Values& vals) {
-    if (auto x = config::get<bool>(vals, "insecure")) s.insecure = *x;
-    return true;
-  });
   auto* cfg = app.add_option("--config", s.config,
                              std::string("TOML config file (default ") + kDefaultConfig + " when it exists)");
   if (auto rc = cli::parse(app, argc, argv)) return rc;
