@@ -22,7 +22,7 @@
 #include "daemon/registry.hpp"
 #include "daemon/settings.hpp"
 #include "flowin/listener.hpp"
-#include "flowin/topology.hpp"
+#include "analysis/topology.hpp"
 #include "daemon/systemd.hpp"
 #include "daemon/webhooks.hpp"
 #include "netprism/cli.hpp"
@@ -100,7 +100,7 @@ int serve(const daemon::Settings& s, const sigset_t& sigs) {
   boot_store(s, reg, own);
   // The topology file names addresses no agent reports (switch exporters' flows); it overrides HELLOs.
   std::map<std::string, std::string> topology;
-  if (std::string err; !s.topology.empty() && !flowin::load_topology(s.topology, topology, err))
+  if (std::string err; !s.topology.empty() && !analysis::load_topology(s.topology, topology, err))
     return cli::fail("netprism-aggregator", err);
   daemon::LiveAnalysis live(s, own, [&reg, &topology] {
     auto m = reg.addr_nodes();

@@ -16,7 +16,9 @@
 #include <string_view>
 
 #include "analysis.hpp"
+#include "netprism/addr.hpp"
 #include "netprism/flowlet.h"
+#include "topology.hpp"
 
 namespace netprism::analysis {
 namespace {
@@ -113,30 +115,12 @@ bool parse_num(std::string_view s, T& v) {
   return ec == std::errc() && p == s.data() + s.size();
 }
 
-}  // namespace
-
-namespace {
-
-// "IP NODE" lines (# comments, blank lines) into in.addr_node; false and a reason with the line on bad input.
-bool load_topology(const std::string& topology_path, Input& in, std::string& err) {
-  std::ifstream t(topology_path);
-  if (!t) {
-    err = topology_path + ": cannot open topology file";
-    return false;
-  }
-  std::string line;
-  for (size_t ln = 1; std::getline(t, line); ++ln) {
-    std::string_view l = trim(line);
-    if (l.empty() || l[0] == '#') continue;
-    std::istringstream ls{std::string(l)};
-    std::string ip, node, extra;
-    if (!(ls >> ip >> node) || (ls >> extra)) {
-      err = topology_path + ":" + std::to_string(ln) + ": expected 'IP NODE'";
-      return false;
-    }
-    in.addr_node[ip] = node;
-  }
-  return true;
+// An address in its usual text form (contracts.md: dotted quad, RFC 5952), as the topology file's keys and
+// agents' addresses are; text that is no address stays as it is (a simulator's own host names).
+std::string canonical(std::string_view text) {
+  std::string a(text);
+  auto b = parse_addr(a);
+  return b ? format_addr(b->data()) : a;
 }
 
 }  // namespace
@@ -144,7 +128,7 @@ bool load_topology(const std::string& topology_path, Input& in, std::string& err
 std::optional<Input> load_csv(const std::string& path, const std::string& topology_path, std::string& err) {
   Input in;
   in.offline = true;
-  if (!topology_path.empty() && !load_topology(topology_path, in, err)) return std::nullopt;
+  if (!topology_path.empty() && !load_topology(topology_path, in.addr_node, err)) return std::nullopt;
 
   LineReader f;
   if (!f.open(path)) {
@@ -185,8 +169,8 @@ std::optional<Input> load_csv(const std::string& path, const std::string& topolo
     if (v.size() != header.size())
       return bad("expected " + std::to_string(header.size()) + " fields, found " + std::to_string(v.size()));
     FlowEvent e;
-    e.src = v[c_src];
-    e.dst = v[c_dst];
+    e.src = canonical(v[c_src]);
+    e.dst = canonical(v[c_dst]);
     if (e.src.empty() || e.dst.empty()) return bad("empty address");
     if (!parse_num(v[c_sport], e.src_port) || !parse_num(v[c_dport], e.dst_port))
       return bad("port is not a number in 0-65535");

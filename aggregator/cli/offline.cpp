@@ -12,6 +12,7 @@
 #include "analysis.hpp"
 #include "capture_import.hpp"
 #include "feed.hpp"
+#include "topology.hpp"
 #include "flows.hpp"
 #include "netprism/addr.hpp"
 #include "store.hpp"
@@ -66,34 +67,6 @@ struct ProgressLine {
   ~ProgressLine() { progress_done(); }
 };
 
-// Topology file applied to native recordings too: "IP NODE" lines override the HELLO mapping.
-bool apply_topology(const std::string& path, analysis::Input& in, std::string& err) {
-  std::ifstream f(path);
-  if (!f) {
-    err = path + ": cannot open topology file";
-    return false;
-  }
-  std::string line;
-  int n = 0;
-  while (std::getline(f, line)) {
-    ++n;
-    if (auto h = line.find('#'); h != std::string::npos) line.resize(h);
-    std::istringstream ss(line);
-    std::string ip, node, extra;
-    if (!(ss >> ip)) continue;
-    if (!(ss >> node) || (ss >> extra)) {
-      err = path + ":" + std::to_string(n) + ": expected 'IP NODE'";
-      return false;
-    }
-    auto a = parse_addr(ip);
-    if (!a) {
-      err = path + ":" + std::to_string(n) + ": '" + ip + "' is not an IP address";
-      return false;
-    }
-    in.addr_node[format_addr(a->data())] = node;
-  }
-  return true;
-}
 }  // namespace
 
 analysis::Input load_native(store::Store& s, std::vector<std::string>& warnings) {
@@ -154,7 +127,7 @@ std::optional<Analysed> analyze_recording(const std::string& input, std::string 
       err = input + ": " + e.what();
       return std::nullopt;
     }
-    if (!topology.empty() && !apply_topology(topology, in, err)) return std::nullopt;
+    if (!topology.empty() && !analysis::load_topology(topology, in.addr_node, err)) return std::nullopt;
   }
   progress("netprism: analysing " + std::to_string(in.events.size()) + " flow events ...");
   return Analysed{analysis::analyze(in), in.now_ns};

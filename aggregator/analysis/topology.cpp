@@ -5,7 +5,7 @@
 
 #include "netprism/addr.hpp"
 
-namespace netprism::flowin {
+namespace netprism::analysis {
 
 bool load_topology(const std::string& path, std::map<std::string, std::string>& addr_node, std::string& err) {
   std::ifstream f(path);
@@ -35,4 +35,4 @@ bool load_topology(const std::string& path, std::map<std::string, std::string>& 
   return true;
 }
 
-}  // namespace netprism::flowin
+}  // namespace netprism::analysis
