@@ -10,11 +10,11 @@ usage: agent_notify_test.py AGENT      (root; exit 77 without root outside CI)
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
+
+from notify_socket import NotifySocket
 
 
 def main():
@@ -24,37 +24,23 @@ def main():
     agent_bin = sys.argv[1]
     work = tempfile.mkdtemp(prefix="np-agent-notify-")
     ns = f"npnotify{os.getpid()}"
-    sock_path = os.path.join(work, "notify")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(sock_path)
-    sock.settimeout(0.2)
+    notify = NotifySocket(work)
     subprocess.run(["ip", "netns", "add", ns], check=True)
     agent = None
     try:
         subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"], check=True)
-        env = dict(os.environ, NOTIFY_SOCKET=sock_path, WATCHDOG_USEC="2000000")
-        env.pop("WATCHDOG_PID", None)
+        env = notify.env()
         log = open(os.path.join(work, "agent.log"), "w+")
         agent = subprocess.Popen(["ip", "netns", "exec", ns, agent_bin, "--aggregator", "tcp://127.0.0.1:9",
                                   "--node", "notify", "--iface", "lo", "--spool-dir", os.path.join(work, "spool"), "--insecure"],
                                  env=env, stdout=log, stderr=log)
-        got, t0 = [], time.time()
-
-        def drain(until):
-            while time.time() < until:
-                try:
-                    msg = sock.recv(4096).decode()
-                except socket.timeout:
-                    continue
-                got.extend((time.time() - t0, m) for m in msg.split("\n") if m)
-
-        drain(t0 + 8)
+        notify.drain(8)
         agent.send_signal(signal.SIGTERM)
-        drain(time.time() + 2)
+        notify.drain(2)
         rc = agent.wait(timeout=30)
-        msgs = [m for _, m in got]
-        ready = [t for t, m in got if m == "READY=1"]
-        pings = [t for t, m in got if m == "WATCHDOG=1"]
+        msgs = notify.messages()
+        ready = notify.times("READY=1")
+        pings = notify.times("WATCHDOG=1")
         problems = []
         if not ready:
             problems.append("no READY=1")
@@ -66,7 +52,7 @@ def main():
             problems.append(f"exit code {rc}")
         if problems:
             log.seek(0)
-            print("FAIL: " + "; ".join(problems) + f"\nmessages: {got}\n" + log.read(), file=sys.stderr)
+            print("FAIL: " + "; ".join(problems) + f"\nmessages: {notify.got}\n" + log.read(), file=sys.stderr)
             return 1
         print(f"ok: READY after {ready[0]:.1f} s, {len(pings)} watchdog pings, STOPPING, exit 0")
         return 0
@@ -75,7 +61,7 @@ def main():
             agent.kill()
             agent.wait()
         subprocess.run(["ip", "netns", "del", ns], check=False)
-        sock.close()
+        notify.close()
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -14,7 +14,8 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
+
+from notify_socket import NotifySocket
 
 
 def free_ports(n):
@@ -31,37 +32,23 @@ def free_ports(n):
 def main():
     agg_bin = sys.argv[1]
     work = tempfile.mkdtemp(prefix="np-notify-")
-    sock_path = os.path.join(work, "notify")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(sock_path)
-    sock.settimeout(0.2)
+    notify = NotifySocket(work)
     ingest, query = free_ports(2)
     log = open(os.path.join(work, "journal"), "w+")
     st = os.fstat(log.fileno())
-    env = dict(os.environ, NOTIFY_SOCKET=sock_path, WATCHDOG_USEC="2000000", JOURNAL_STREAM=f"{st.st_dev}:{st.st_ino}")
-    env.pop("WATCHDOG_PID", None)
+    env = notify.env(JOURNAL_STREAM=f"{st.st_dev}:{st.st_ino}")
     agg = subprocess.Popen([agg_bin, "--listen", f"tcp://127.0.0.1:{ingest}", "--query", f"tcp://127.0.0.1:{query}",
                             "--data-dir", os.path.join(work, "data"), "--insecure"], env=env, stdout=log, stderr=log)
-    got = []  # (seconds since start, message)
-    t0 = time.time()
     try:
-        def drain(until):
-            while time.time() < until:
-                try:
-                    msg = sock.recv(4096).decode()
-                except socket.timeout:
-                    continue
-                got.extend((time.time() - t0, m) for m in msg.split("\n") if m)
-
-        drain(t0 + 6)
+        notify.drain(6)
         agg.send_signal(signal.SIGTERM)
-        drain(time.time() + 2)
+        notify.drain(2)
         rc = agg.wait(timeout=20)
-        msgs = [m for _, m in got]
+        msgs = notify.messages()
         problems = []
         if "READY=1" not in msgs:
             problems.append("no READY=1")
-        pings = [t for t, m in got if m == "WATCHDOG=1"]
+        pings = notify.times("WATCHDOG=1")
         if len(pings) < 3:
             problems.append(f"only {len(pings)} WATCHDOG=1 in 6 s (every 1 s expected)")
         if "STOPPING=1" not in msgs:
@@ -76,7 +63,7 @@ def main():
             problems.append(f"log lines without the journal's priority prefix: {lines[:3]}")
         if problems:
             log.seek(0)
-            print("FAIL: " + "; ".join(problems) + f"\nmessages: {got}\n" + log.read(), file=sys.stderr)
+            print("FAIL: " + "; ".join(problems) + f"\nmessages: {notify.got}\n" + log.read(), file=sys.stderr)
             return 1
         print(f"ok: READY, {len(pings)} watchdog pings, STOPPING, exit 0, {len(lines)} log lines at priority 6")
         return 0
@@ -84,7 +71,7 @@ def main():
         if agg.poll() is None:
             agg.kill()
             agg.wait()
-        sock.close()
+        notify.close()
         log.close()
         shutil.rmtree(work, ignore_errors=True)
 
