@@ -41,6 +41,9 @@ CREATE TABLE IF NOT EXISTS findings(
   job TEXT NOT NULL, kind TEXT NOT NULL, subject TEXT NOT NULL, first_iteration INTEGER NOT NULL,
   start_ns INTEGER NOT NULL, severity REAL NOT NULL, evidence TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS findings_job ON findings(job);
+CREATE TABLE IF NOT EXISTS retired_seqs(
+  node TEXT NOT NULL, epoch INTEGER NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL,
+  PRIMARY KEY(node, epoch, lo)) WITHOUT ROWID;
 )sql";
 
 // A segment holds at most this much: retention hands space back to the file system a segment at a time,
@@ -107,6 +110,9 @@ Store::Store(const std::string& path, Db::Mode mode, int zstd_level)
         "UPDATE nodes SET last_seen_ns=max(last_seen_ns,?2), records=records+?3, "
         "clock_offset_ns=coalesce(?4,clock_offset_ns) WHERE node=?1");
     touch_counters_ = db_.prepare("UPDATE nodes SET counters=?2 WHERE node=?1");
+    // The interval of deleted seqs at or below seq (the primary key's order): one index probe per batch.
+    retired_q_ = db_.prepare(
+        "SELECT hi FROM retired_seqs WHERE node=?1 AND epoch=?2 AND lo <= ?3 ORDER BY lo DESC LIMIT 1");
   }
   // Read-only openers of a store from before segments (or of anything else) must still read it.
   seg_columns_ = has_seg_columns();
@@ -187,43 +193,6 @@ void Store::commit(Transaction& tx) {
   segs_.committed();
 }
 
-template <class Key>
-void Store::delete_each(const char* sql, const std::vector<Key>& keys) {
-  Transaction tx(db_);
-  auto del = db_.prepare(sql);
-  for (const Key& k : keys) {
-    del.bind(1, k);
-    del.run();
-  }
-  commit(tx);
-}
-
-uint64_t Store::free_segments() {
-  if (!seg_writer_) return 0;
-  std::vector<std::pair<uint64_t, int64_t>> segs;  // (seg, first id), in order
-  {
-    auto q = db_.prepare("SELECT seg, first_id FROM segments ORDER BY seg");
-    while (q.step()) segs.emplace_back(static_cast<uint64_t>(q.i64(0)), q.i64(1));
-  }
-  // Ids only grow, and a segment is written to the end before the next one starts, so segment i's rows are
-  // exactly those with ids in [first_id(i), first_id(i + 1)).
-  std::vector<uint64_t> unused;
-  auto probe = db_.prepare("SELECT 1 FROM batches WHERE id >= ?1 AND id < ?2 LIMIT 1");
-  for (std::size_t i = 0; i < segs.size(); ++i) {
-    if (segs[i].first >= segs_.current_seg()) break;  // the one being written (or newer)
-    const int64_t hi = i + 1 < segs.size() ? segs[i + 1].second : std::numeric_limits<int64_t>::max();
-    probe.bind(1, segs[i].second).bind(2, hi);
-    if (!probe.step()) unused.push_back(segs[i].first);
-    probe.reset();
-  }
-  if (unused.empty()) return 0;
-  delete_each("DELETE FROM segments WHERE seg = ?", unused);
-  // The files go one retention pass later: a reader whose snapshot began before this commit may still read
-  // these rows now. A crash before then leaves files no row names, which the next start removes.
-  unlink_later_.insert(unlink_later_.end(), unused.begin(), unused.end());
-  return unused.size();
-}
-
 void Store::register_node(const Hello& h, uint64_t now_ns) {
   std::string wire_hello = wire::encode(h);
   db_.prepare(
@@ -267,6 +236,8 @@ bool Store::insert_compressed(const Batch& b, const BatchSpan& s, std::string_vi
         .bind(at + 6, s.records)
         .bind(at + 7, static_cast<uint64_t>(raw_bytes));
   };
+  // Stored once and deleted by retention since: still a duplicate (the agent resent an old batch).
+  if (retired(b.node, b.epoch, b.seq)) return false;
   if (seg_writer_) {
     // In autocommit mode the row would be committed by the INSERT itself, before its bytes are written.
     if (sqlite3_get_autocommit(db_.get()))
@@ -303,57 +274,6 @@ void Store::touch_node(const std::string& node, uint64_t last_seen_ns, uint64_t 
     touch_counters_.bind(1, node).bind(2, nlohmann::json(*counters).dump());
     touch_counters_.run();
   }
-}
-
-RetentionResult Store::apply_retention(uint64_t min_last_ns, uint64_t max_bytes, uint64_t current_bytes) {
-  for (uint64_t s : unlink_later_) ::unlink(segs_.path_of(s).c_str());  // freed by the previous pass
-  unlink_later_.clear();
-  // Works from the caller's running total and the (last_ns) index only: no full-table scan, which would
-  // grow with the store (a 100-node cluster adds ~1000 batches/s).
-  RetentionResult r;
-  r.stored_bytes = current_bytes;
-  auto drop = [&](const char* where, uint64_t arg) {
-    Transaction tx(db_);
-    auto q =
-        db_.prepare("SELECT coalesce(sum(" + bytes_expr() + "),0), count(*) FROM batches WHERE " + where);
-    q.bind(1, arg);
-    uint64_t bytes = 0, n = 0;
-    if (q.step()) {
-      bytes = static_cast<uint64_t>(q.i64(0));
-      n = static_cast<uint64_t>(q.i64(1));
-    }
-    q.reset();
-    if (n > 0) db_.prepare(std::string("DELETE FROM batches WHERE ") + where).bind(1, arg).run();
-    commit(tx);
-    r.deleted_batches += n;
-    r.stored_bytes -= std::min(r.stored_bytes, bytes);
-    return n;
-  };
-  if (min_last_ns > 0)
-    drop("last_ns < ?1", std::min<uint64_t>(min_last_ns, std::numeric_limits<int64_t>::max()));
-  // Size bound: the earliest received batches go first (id order: the aggregator's order, which no agent's
-  // clock can skew, and the order segments fill in, so their files empty one after another), 256 per
-  // transaction so that ingest is never blocked for long.
-  while (max_bytes > 0 && r.stored_bytes > max_bytes) {
-    std::vector<int64_t> ids;
-    uint64_t freed = 0;
-    {
-      auto q = db_.prepare("SELECT id, " + bytes_expr() + " FROM batches ORDER BY id LIMIT 256");
-      while (r.stored_bytes - std::min(r.stored_bytes, freed) > max_bytes && q.step()) {
-        ids.push_back(q.i64(0));
-        freed += static_cast<uint64_t>(q.i64(1));
-      }
-    }
-    if (ids.empty()) break;
-    delete_each("DELETE FROM batches WHERE id = ?", ids);
-    r.deleted_batches += ids.size();
-    r.stored_bytes -= std::min(r.stored_bytes, freed);
-  }
-  if (r.deleted_batches > 0) {
-    db_.exec("PRAGMA incremental_vacuum");
-    free_segments();
-  }
-  return r;
 }
 
 void Store::set_meta(const std::string& key, const std::string& value) {
