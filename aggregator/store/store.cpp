@@ -9,6 +9,7 @@
 
 #include "netprism/wire.hpp"
 #include "batch_codec.hpp"
+#include "job_history.hpp"
 #include "write_coalescing_vfs.hpp"
 
 namespace netprism::store {
@@ -127,6 +128,7 @@ void Store::create_schema() {
     for (const char* c : {"seg", "seg_off", "seg_len"})
       db_.exec(std::string("ALTER TABLE batches ADD COLUMN ") + c + " INTEGER");
   tx.commit();
+  JobHistory::create_schema(db_);
 }
 
 bool Store::has_seg_columns() {
@@ -283,53 +285,6 @@ void Store::set_meta(const std::string& key, const std::string& value) {
       .run();
 }
 
-void Store::save_job(const nlohmann::json& doc, uint64_t now_ns) {
-  const std::string id = doc.value("id", "");
-  Transaction tx(db_);
-  db_.prepare(
-         "INSERT INTO jobs(id,state,nodes,step_time_ms,doc,updated_ns) VALUES(?1,?2,?3,?4,?5,?6) "
-         "ON CONFLICT(id) DO UPDATE SET state=?2,nodes=?3,step_time_ms=?4,doc=?5,updated_ns=?6")
-      .bind(1, id)
-      .bind(2, doc.value("state", ""))
-      .bind(3, doc.value("nodes", nlohmann::json::array()).dump())
-      .bind(4, doc.value("step_time_ms", 0.0))
-      .bind(5, doc.dump())
-      .bind(6, now_ns)
-      .run();
-  db_.prepare("DELETE FROM iterations WHERE job=?").bind(1, id).run();
-  db_.prepare("DELETE FROM findings WHERE job=?").bind(1, id).run();
-  auto it = db_.prepare("INSERT INTO iterations(job,idx,start_ns,end_ns,duration_ns) VALUES(?,?,?,?,?)");
-  for (const auto& i : doc.value("iterations", nlohmann::json::array())) {
-    it.bind(1, id)
-        .bind(2, i.value("index", int64_t{0}))
-        .bind(3, i.value("start_ns", uint64_t{0}))
-        .bind(4, i.value("end_ns", uint64_t{0}))
-        .bind(5, i.value("duration_ns", uint64_t{0}));
-    it.run();
-  }
-  auto f = db_.prepare(
-      "INSERT INTO findings(job,kind,subject,first_iteration,start_ns,severity,evidence) "
-      "VALUES(?,?,?,?,?,?,?)");
-  for (const auto& x : doc.value("findings", nlohmann::json::array())) {
-    f.bind(1, id)
-        .bind(2, x.value("kind", ""))
-        .bind(3, x.value("subject", ""))
-        .bind(4, x.value("first_iteration", int64_t{0}))
-        .bind(5, x.value("start_ns", uint64_t{0}))
-        .bind(6, x.value("severity", 0.0))
-        .bind(7, x.value("evidence", ""));
-    f.run();
-  }
-  tx.commit();
-}
-
-void Store::delete_job(const std::string& id) {
-  Transaction tx(db_);
-  for (const char* t : {"jobs WHERE id=?", "iterations WHERE job=?", "findings WHERE job=?"})
-    db_.prepare(std::string("DELETE FROM ") + t).bind(1, id).run();
-  tx.commit();
-}
-
 std::vector<NodeRow> Store::nodes() {
   std::vector<NodeRow> out;
   auto s = db_.prepare(
@@ -377,16 +332,6 @@ uint64_t Store::stored_bytes() {
 uint64_t Store::batch_count() {
   auto s = db_.prepare("SELECT count(*) FROM batches");
   return s.step() ? static_cast<uint64_t>(s.i64(0)) : 0;
-}
-
-std::vector<nlohmann::json> Store::jobs() {
-  std::vector<nlohmann::json> out;
-  auto s = db_.prepare("SELECT doc FROM jobs ORDER BY id");
-  while (s.step()) {
-    auto j = nlohmann::json::parse(s.text(0), nullptr, false);
-    if (j.is_object()) out.push_back(std::move(j));
-  }
-  return out;
 }
 
 void Store::scan_batches(const std::optional<std::string>& node, uint64_t since, uint64_t until,

@@ -7,7 +7,8 @@
 // segment files beside the database (segment_log.hpp; the row names segment, offset and length, and
 // `segments` the id of each segment's first row); other writers (recordings, tests) keep them inline in
 // `data`, as every store before segments did, and readers take either. `nodes`/`epochs` hold registrations
-// (reloaded on restart); `jobs`/`iterations`/`findings` hold the analysis' latest results; `meta` holds small
+// (reloaded on restart); `jobs`/`iterations`/`findings` hold the analysed jobs, written incrementally
+// (job_history.hpp); `retired_seqs` what retention deleted (duplicates stay recognised); `meta` holds small
 // settings (the ports whose traffic is netprism's own, so offline analysis can exclude it too).
 //
 // One writer (the ingest thread) and any number of readers (query thread, analysis, the CLI offline) each
@@ -105,8 +106,6 @@ class Store {
   // (node, epoch, seq) was stored once and deleted by retention since.
   bool retired(const std::string& node, uint64_t epoch, uint64_t seq);
   void set_meta(const std::string& key, const std::string& value);
-  void save_job(const nlohmann::json& full_doc, uint64_t now_ns);
-  void delete_job(const std::string& id);
 
   // ---- reads ----
   std::vector<NodeRow> nodes();
@@ -114,7 +113,6 @@ class Store {
   std::optional<std::string> meta(const std::string& key);
   uint64_t stored_bytes();  // full scan: at start-up only
   uint64_t batch_count();   // full scan: at start-up only
-  std::vector<nlohmann::json> jobs();
   // Decodes every stored batch overlapping [since, until] (optionally of one node), oldest first. Corrupt
   // rows are reported through on_error and skipped (the rest of the store stays readable).
   void scan_batches(const std::optional<std::string>& node, uint64_t since, uint64_t until,
