@@ -163,6 +163,8 @@ void Invocation::define() {
       ->check(CLI::IsMember({"native", "csv", "ipfix", "sflow"}));
   analyze->add_option("--topology", topology, "file of 'IP NODE' lines");
   analyze->add_option("--perfetto", perfetto_file, "also write every job's Chrome/Perfetto trace here");
+  analyze->add_option("--since", since, "only records from this time on (Unix ns)");
+  analyze->add_option("--until", until, "only records up to this time (Unix ns)");
 
   rep = app.add_subcommand(
       "report", "fleet view: per job its nodes, hours observed, iterations, step time, time lost, faults");
@@ -250,10 +252,10 @@ int Invocation::run() {
   const uint64_t t = now_ns();
 
   if (analyze->parsed() && !perfetto_file.empty())
-    return cli::analyze_to_perfetto(input, format, topology, perfetto_file, as_json);
+    return cli::analyze_to_perfetto(input, format, topology, perfetto_file, as_json, {since, until});
   if (analyze->parsed()) {
     std::string err;
-    auto doc = cli::analyze_file(input, format, topology, err);
+    auto doc = cli::analyze_file(input, format, topology, err, {since, until});
     if (!doc) return cli::fail("netprism", err);
     std::cout << (as_json ? doc->dump() + "\n" : cli::render_analysis(*doc));
     return cli::kExitOk;
