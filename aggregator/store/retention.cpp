@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -64,7 +66,11 @@ uint64_t Store::free_segments() {
     probe.reset();
   }
   if (unused.empty()) return 0;
+  // Synced whatever the connection's setting: the files go next pass, and a power loss must not bring back
+  // rows naming them.
+  if (!durable_) db_.exec("PRAGMA synchronous=FULL");
   delete_each("DELETE FROM segments WHERE seg = ?", unused);
+  if (!durable_) db_.exec("PRAGMA synchronous=NORMAL");
   // The files go one retention pass later: a reader whose snapshot began before this commit may still read
   // these rows now. A crash before then leaves files no row names, which the next start removes.
   unlink_later_.insert(unlink_later_.end(), unused.begin(), unused.end());
@@ -162,7 +168,12 @@ RetentionResult Store::apply_retention(uint64_t min_received_ns, uint64_t max_by
   // with the store (a 100-node cluster adds ~1000 batches/s).
   RetentionResult r;
   r.stored_bytes = current_bytes;
-  while (drop_oldest(min_received_ns, max_bytes, r) > 0) {
+  for (;;) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (drop_oldest(min_received_ns, max_bytes, r) == 0) break;
+    // Beside the ingest writer: as long again between chunks, so the committer (and the checkpointer its
+    // commits trigger) find the write lock and the disk free at least half the time.
+    if (retention_conn_) std::this_thread::sleep_for(std::chrono::steady_clock::now() - t0);
   }
   if (r.deleted_batches > 0) {
     // Until nothing is left to hand back (or a step hands back nothing: a store without auto_vacuum).

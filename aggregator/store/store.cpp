@@ -83,12 +83,14 @@ std::string Store::resolve(const std::string& path) {
   return is_dir(path) ? path + "/" + kDbFile : path;
 }
 
-Store::Store(const std::string& path, Db::Mode mode, int zstd_level)
+Store::Store(const std::string& path, Db::Mode mode, int zstd_level, bool durable_commits)
     // Writers write through the write-coalescing VFS (write_coalescing_vfs.hpp: it requires what this
     // constructor sets, synchronous=FULL).
-    : db_(resolve(path), mode, mode == Db::Mode::kReadWrite ? write_coalescing_vfs() : nullptr),
+    : db_(resolve(path), mode,
+          mode == Db::Mode::kReadWrite && durable_commits ? write_coalescing_vfs() : nullptr),
       zstd_level_(zstd_level),
       segs_(SegmentLog::dir_for(resolve(path)), kSegmentBytes) {
+  durable_ = durable_commits;
   if (mode == Db::Mode::kReadWrite) {
     // auto_vacuum must be chosen before the first table exists: it lets retention hand pages back to the
     // file system (incremental_vacuum) instead of only reusing them.
@@ -96,7 +98,7 @@ Store::Store(const std::string& path, Db::Mode mode, int zstd_level)
     db_.exec("PRAGMA journal_mode=WAL");
     // FULL: the WAL is fsynced at every commit, so an ACK (sent after commit) survives power loss too, not
     // only a crash of this process. Group commit keeps the cost to one fsync per drained burst.
-    db_.exec("PRAGMA synchronous=FULL");
+    db_.exec(durable_ ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");
     // Every batch inserts into the table and three indexes keyed by node, so with a thousand nodes the
     // touched pages are spread over the whole index; SQLite's default 2 MiB page cache then re-reads them
     // from the OS on every commit (pread copies were a fifth of the commit thread in the 1,000-agent load

@@ -63,7 +63,10 @@ class Store {
  public:
   // path: a data directory (the database file inside is created) or a database file itself (read-only
   // opening of recordings). zstd_level only matters for writers.
-  Store(const std::string& path, Db::Mode mode, int zstd_level = 1);
+  // durable_commits false (a writer only): commits are not synced (synchronous=NORMAL, without the
+  // write-coalescing VFS, which needs FULL): for retention's deletions, which a power loss may undo (they are
+  // redone by the next pass) -- except the freeing of segments, synced before their files go.
+  Store(const std::string& path, Db::Mode mode, int zstd_level = 1, bool durable_commits = true);
   Store(const Store&) = delete;  // its connection's hooks point at it
   Store& operator=(const Store&) = delete;
 
@@ -151,6 +154,7 @@ class Store {
   SegmentLog segs_;           // reads (any store); writes once enable_segments() was called
   bool seg_writer_ = false;
   bool retention_conn_ = false;         // enable_retention()
+  bool durable_ = true;                 // synchronous=FULL commits (the constructor's durable_commits)
   int64_t next_id_ = 1;                 // batch ids a segment writer assigns: increasing, never reused
   std::vector<uint64_t> unlink_later_;  // segments freed by the last retention pass, files not yet removed
   Stmt ins_batch_, ins_seg_batch_, reg_segment_, touch_, touch_counters_, retired_q_;
