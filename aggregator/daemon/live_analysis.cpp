@@ -180,6 +180,9 @@ void LiveAnalysis::retain(analysis::Result r, uint64_t since) {
   // last iteration ended before the window starts, or it had ended) and is retired: written to the store
   // and dropped from memory. One still inside the window but gone was superseded (the analysis regrouped
   // it), so it is deleted.
+  // What the last persist() did not take (no store to write to) is not kept: memory stays bounded.
+  retiring_.clear();
+  superseded_.clear();
   std::map<std::string, analysis::Job> next;
   for (auto& j : r.jobs) next[j.id] = std::move(j);
   for (auto& [id, j] : retained_) {
