@@ -271,8 +271,23 @@ int Invocation::run() {
   }
   if (jobs->parsed()) return show(watch, interval, as_json, ask({{"cmd", "jobs"}}), cli::render_jobs);
   if (job->parsed()) return show(false, 0, as_json, ask({{"cmd", "job"}, {"id", id}}), cli::render_job);
-  if (timeline->parsed())
-    return show(watch, interval, as_json, ask({{"cmd", "timeline"}, {"id", id}}), cli::render_timeline);
+  if (timeline->parsed()) {
+    // A retired job's timeline comes from the store a page at a time (`next_from`): fetched whole.
+    auto ask_timeline = [&client, this](cli::CallError& err) -> std::optional<json> {
+      auto doc = client.call({{"cmd", "timeline"}, {"id", id}}, err);
+      while (doc && doc->contains("next_from")) {
+        auto page = client.call({{"cmd", "timeline"}, {"id", id}, {"from", (*doc)["next_from"]}}, err);
+        if (!page) return std::nullopt;
+        for (auto& it : (*page)["iterations"]) (*doc)["iterations"].push_back(std::move(it));
+        if (page->contains("next_from"))
+          (*doc)["next_from"] = (*page)["next_from"];
+        else
+          doc->erase("next_from");
+      }
+      return doc;
+    };
+    return show(watch, interval, as_json, ask_timeline, cli::render_timeline);
+  }
   if (diagnose->parsed())
     return show(false, 0, as_json, ask({{"cmd", "diagnose"}, {"id", id}}), cli::render_diagnosis);
   if (exp->parsed()) {

@@ -122,6 +122,17 @@ def run(sim_bin, agg_bin, work):
             print("FAIL: stored timeline starts elsewhere than the live one:", live["iterations"][0],
                   timeline["iterations"][0])
             ok = False
+        # Paged: 4 iterations at a time, following next_from, gives the same timeline.
+        paged, req = [], {"cmd": "timeline", "id": jid, "limit": 4}
+        for _ in range(100):
+            page = d.call(req) or {}
+            paged += page.get("iterations", [])
+            if "next_from" not in page:
+                break
+            req = {"cmd": "timeline", "id": jid, "limit": 4, "from": page["next_from"]}
+        if not timeline or paged != timeline["iterations"]:
+            print("FAIL: paged timeline differs:", len(paged), "iterations")
+            ok = False
         if diag is None:
             print("FAIL: no diagnosis for the retired job")
             ok = False
