@@ -67,6 +67,9 @@ class StreamingAnalysis {
   void set_addr_nodes(const std::map<std::string, std::string>& m);
   // Analyses what changed; jobs currently seen (history included), sorted by first transfer.
   Result pass(uint64_t now_ns);
+  // A recording rather than a live feed (Input::offline): `netprism analyze` streaming a data dir sets it
+  // before its last pass, so states are judged as analyze() judges them.
+  void set_offline(bool offline) { offline_ = offline; }
   const Stats& stats() const { return stats_; }
 
   // A job's tail covers at least this many iterations: the timeline's robust statistics (medians, the
@@ -176,6 +179,7 @@ class StreamingAnalysis {
   static void move_aperiodic_tail(History& h, const JobSlice& sl);
 
   Limits lim_;
+  bool offline_ = false;
   Stats stats_;
   uint64_t generation_ = 0;
   std::unordered_map<std::string, uint32_t> str_idx_;

@@ -53,6 +53,7 @@ Result StreamingAnalysis::pass(uint64_t now_ns) {
 Normalized StreamingAnalysis::connection_table(uint64_t now_ns) {
   Normalized n;
   n.now_ns = now_ns;
+  n.offline = offline_;
   for (auto& c : conns_) {  // resolve every endpoint first: node indices must exist before n.nodes is taken
     node_of_addr(c.key.a);
     node_of_addr(c.key.b);

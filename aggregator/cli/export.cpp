@@ -25,9 +25,9 @@ nlohmann::json perfetto_all(const std::vector<analysis::Job>& jobs) {
 }
 
 int analyze_to_perfetto(const std::string& input, const std::string& format, const std::string& topology,
-                        const std::string& out, bool as_json) {
+                        const std::string& out, bool as_json, TimeRange range) {
   std::string err;
-  auto r = analyze_recording(input, format, topology, err);
+  auto r = analyze_recording(input, format, topology, err, range);
   if (!r) return fail("netprism", err);
   const auto doc = perfetto_all(r->result.jobs);
   std::ofstream f(out);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis.hpp"
+#include "offline.hpp"
 
 namespace netprism::cli {
 
@@ -17,6 +18,6 @@ nlohmann::json perfetto_all(const std::vector<analysis::Job>& jobs);
 // Analyses the recording (as `analyze --input`), writes perfetto_all of its jobs to `out`, and prints what it
 // wrote as `export` does (one JSON document with as_json). Returns the exit code.
 int analyze_to_perfetto(const std::string& input, const std::string& format, const std::string& topology,
-                        const std::string& out, bool as_json);
+                        const std::string& out, bool as_json, TimeRange range = {});
 
 }  // namespace netprism::cli

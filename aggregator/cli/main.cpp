@@ -163,6 +163,8 @@ void Invocation::define() {
       ->check(CLI::IsMember({"native", "csv", "ipfix", "sflow"}));
   analyze->add_option("--topology", topology, "file of 'IP NODE' lines");
   analyze->add_option("--perfetto", perfetto_file, "also write every job's Chrome/Perfetto trace here");
+  analyze->add_option("--since", since, "only records from this time on (Unix ns)");
+  analyze->add_option("--until", until, "only records up to this time (Unix ns)");
 
   rep = app.add_subcommand(
       "report", "fleet view: per job its nodes, hours observed, iterations, step time, time lost, faults");
@@ -250,10 +252,10 @@ int Invocation::run() {
   const uint64_t t = now_ns();
 
   if (analyze->parsed() && !perfetto_file.empty())
-    return cli::analyze_to_perfetto(input, format, topology, perfetto_file, as_json);
+    return cli::analyze_to_perfetto(input, format, topology, perfetto_file, as_json, {since, until});
   if (analyze->parsed()) {
     std::string err;
-    auto doc = cli::analyze_file(input, format, topology, err);
+    auto doc = cli::analyze_file(input, format, topology, err, {since, until});
     if (!doc) return cli::fail("netprism", err);
     std::cout << (as_json ? doc->dump() + "\n" : cli::render_analysis(*doc));
     return cli::kExitOk;
@@ -269,8 +271,23 @@ int Invocation::run() {
   }
   if (jobs->parsed()) return show(watch, interval, as_json, ask({{"cmd", "jobs"}}), cli::render_jobs);
   if (job->parsed()) return show(false, 0, as_json, ask({{"cmd", "job"}, {"id", id}}), cli::render_job);
-  if (timeline->parsed())
-    return show(watch, interval, as_json, ask({{"cmd", "timeline"}, {"id", id}}), cli::render_timeline);
+  if (timeline->parsed()) {
+    // A retired job's timeline comes from the store a page at a time (`next_from`): fetched whole.
+    auto ask_timeline = [&client, this](cli::CallError& err) -> std::optional<json> {
+      auto doc = client.call({{"cmd", "timeline"}, {"id", id}}, err);
+      while (doc && doc->contains("next_from")) {
+        auto page = client.call({{"cmd", "timeline"}, {"id", id}, {"from", (*doc)["next_from"]}}, err);
+        if (!page) return std::nullopt;
+        for (auto& it : (*page)["iterations"]) (*doc)["iterations"].push_back(std::move(it));
+        if (page->contains("next_from"))
+          (*doc)["next_from"] = (*page)["next_from"];
+        else
+          doc->erase("next_from");
+      }
+      return doc;
+    };
+    return show(watch, interval, as_json, ask_timeline, cli::render_timeline);
+  }
   if (diagnose->parsed())
     return show(false, 0, as_json, ask({{"cmd", "diagnose"}, {"id", id}}), cli::render_diagnosis);
   if (exp->parsed()) {

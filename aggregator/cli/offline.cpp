@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -12,6 +14,7 @@
 #include "analysis.hpp"
 #include "capture_import.hpp"
 #include "feed.hpp"
+#include "incremental.hpp"
 #include "topology.hpp"
 #include "flows.hpp"
 #include "netprism/addr.hpp"
@@ -87,8 +90,69 @@ analysis::Input load_native(store::Store& s, std::vector<std::string>& warnings)
   return in;
 }
 
+Analysed stream_native(store::Store& s, const std::map<std::string, std::string>& addr_node, TimeRange range,
+                       std::vector<std::string>& warnings) {
+  // Exact as analyze() (Input::offline): connections are never forgotten and no transfer is evicted early
+  // (no window, no bounds); what bounds memory is the passes, which keep each job's transfers only as far
+  // back as its tail.
+  analysis::StreamingAnalysis::Limits lim;
+  lim.window_ns = std::numeric_limits<uint64_t>::max();
+  lim.max_xfers = std::numeric_limits<std::size_t>::max();
+  lim.max_conns = std::numeric_limits<std::size_t>::max();
+  analysis::StreamingAnalysis engine(lim);
+  analysis::FlowletFeed feed(engine);
+  engine.set_addr_nodes(addr_node);
+  const store::OwnTraffic own = store::own_traffic(s);
+  uint64_t now = 0, next_pass = 0, events = 0;
+  auto skip = [&](const Flowlet& f) {
+    if (own.matches(f) || f.last_ns < range.since || f.first_ns > range.until) return true;
+    now = std::max<uint64_t>(now, f.last_ns);
+    return false;
+  };
+  // Batches come in time order (scan_batches: by first record time), a cursor over the store: only the
+  // current batch is in memory besides the engine.
+  s.scan_batches(
+      std::nullopt, range.since, range.until,
+      [&](const Batch& b, uint64_t) {
+        events += feed.add(b.node, b.flowlets, skip);
+        if (now < next_pass) return;
+        if (next_pass > 0) engine.pass(now);
+        next_pass = now + kStreamPassNs;
+        progress("netprism: analysing " + std::to_string(events) + " flow events ...");
+      },
+      [&](const std::string& e) { warnings.push_back(e); });
+  engine.set_offline(true);  // the last pass judges states as analyze() does a recording's
+  Analysed out{engine.pass(now), now};
+  // The engine numbers a hang onto the job's whole history (first_iteration: past its last iteration) but
+  // the evidence of a recording's hang (diagnosis.cpp) names the iteration count and step of the tail the
+  // last pass analysed; analyze() names the whole history's: first_iteration and the job's step time.
+  static const std::string kStops = "the recording's periodic traffic stops after ";
+  static const std::string kOpen = " without the connections being torn down";
+  for (auto& j : out.result.jobs)
+    for (auto& f : j.findings)
+      if (const auto end = f.evidence.find(kOpen);
+          f.kind == "hang" && f.evidence.starts_with(kStops) && end != std::string::npos) {
+        char step[64];
+        std::snprintf(step, sizeof step, " iterations (step %.1f ms)", j.step_time_ms);
+        f.evidence.replace(0, end, kStops + std::to_string(f.first_iteration) + step);
+      }
+  return out;
+}
+
+namespace {
+// Events of a CSV or capture inside the range (both ends included, as the store's scan).
+void clip(analysis::Input& in, TimeRange range) {
+  if (range.since == 0 && range.until == std::numeric_limits<uint64_t>::max()) return;
+  std::erase_if(in.events, [&](const analysis::FlowEvent& e) {
+    return e.last_ns < range.since || e.first_ns > range.until;
+  });
+  in.now_ns = 0;
+  for (const auto& e : in.events) in.now_ns = std::max(in.now_ns, e.last_ns);
+}
+}  // namespace
+
 std::optional<Analysed> analyze_recording(const std::string& input, std::string format,
-                                          const std::string& topology, std::string& err) {
+                                          const std::string& topology, std::string& err, TimeRange range) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::exists(input, ec)) {
@@ -111,31 +175,39 @@ std::optional<Analysed> analyze_recording(const std::string& input, std::string 
     for (const auto& w : warnings) std::cerr << "netprism: warning: " << w << "\n";
     in = std::move(*r);
   } else {
-    std::string db = store::Store::resolve(input);
-    if (!looks_like_sqlite(db)) {
-      err = input +
-            ": not a netprism recording (expected an aggregator data dir or a file from `netprism record`)";
-      return std::nullopt;
-    }
-    try {
-      store::Store s(input, store::Db::Mode::kReadOnly);
-      std::vector<std::string> warnings;
-      in = load_native(s, warnings);
-      progress_done();
-      for (const auto& w : warnings) std::cerr << "netprism: warning: " << w << "\n";
-    } catch (const std::exception& e) {
-      err = input + ": " + e.what();
-      return std::nullopt;
-    }
-    if (!topology.empty() && !analysis::load_topology(topology, in.addr_node, err)) return std::nullopt;
+    return analyze_native(input, topology, range, err);
   }
+  clip(in, range);
   progress("netprism: analysing " + std::to_string(in.events.size()) + " flow events ...");
   return Analysed{analysis::analyze(in), in.now_ns};
 }
 
+std::optional<Analysed> analyze_native(const std::string& input, const std::string& topology, TimeRange range,
+                                       std::string& err) {
+  std::string db = store::Store::resolve(input);
+  if (!looks_like_sqlite(db)) {
+    err = input +
+          ": not a netprism recording (expected an aggregator data dir or a file from `netprism record`)";
+    return std::nullopt;
+  }
+  try {
+    store::Store s(input, store::Db::Mode::kReadOnly);
+    auto addr_node = store::addr_nodes(s.nodes());
+    if (!topology.empty() && !analysis::load_topology(topology, addr_node, err)) return std::nullopt;
+    std::vector<std::string> warnings;
+    auto r = stream_native(s, addr_node, range, warnings);
+    progress_done();
+    for (const auto& w : warnings) std::cerr << "netprism: warning: " << w << "\n";
+    return r;
+  } catch (const std::exception& e) {
+    err = input + ": " + e.what();
+    return std::nullopt;
+  }
+}
+
 std::optional<nlohmann::json> analyze_file(const std::string& input, std::string format,
-                                           const std::string& topology, std::string& err) {
-  auto r = analyze_recording(input, std::move(format), topology, err);
+                                           const std::string& topology, std::string& err, TimeRange range) {
+  auto r = analyze_recording(input, std::move(format), topology, err, range);
   if (!r) return std::nullopt;
   auto jobs = nlohmann::json::array();
   for (const auto& j : r->result.jobs) jobs.push_back(analysis::full(j));

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,11 +20,18 @@ namespace netprism::cli {
 // agents' HELLOs: the offline analysis of a data dir or a recording. Unreadable batches are warnings.
 analysis::Input load_native(store::Store& s, std::vector<std::string>& warnings);
 
+// Records analysed: those overlapping [since, until] (Unix ns, both included), `analyze --since/--until`.
+struct TimeRange {
+  uint64_t since = 0;
+  uint64_t until = std::numeric_limits<uint64_t>::max();
+};
+
 // Native input: a data dir (the aggregator's --data-dir) or a database file (a recording).
 // format: "native", "csv" or "" (guess: a directory or SQLite file is native, anything else csv).
 // Returns the `analyze` document, or nullopt with a one-line error.
 std::optional<nlohmann::json> analyze_file(const std::string& input, std::string format,
-                                           const std::string& topology, std::string& err);
+                                           const std::string& topology, std::string& err,
+                                           TimeRange range = {});
 
 // The same, as analysed jobs plus the recording's "now" (its last event): for `report --input`.
 struct Analysed {
@@ -30,7 +39,21 @@ struct Analysed {
   uint64_t now_ns = 0;
 };
 std::optional<Analysed> analyze_recording(const std::string& input, std::string format,
-                                          const std::string& topology, std::string& err);
+                                          const std::string& topology, std::string& err,
+                                          TimeRange range = {});
+
+// A native recording streamed through analysis::StreamingAnalysis in time order, batch by batch, with a pass
+// every kStreamPassNs of traffic (which lets it drop transfers older than every job's tail) and a last one
+// as a recording's (Input::offline): memory bounded by the tails and one batch, not by the recording. The
+// result is analyze()'s over load_native() (golden_outputs pins it). addr_node: the agents' HELLOs (plus a
+// topology file).
+Analysed stream_native(store::Store& s, const std::map<std::string, std::string>& addr_node, TimeRange range,
+                       std::vector<std::string>& warnings);
+std::optional<Analysed> analyze_native(const std::string& input, const std::string& topology, TimeRange range,
+                                       std::string& err);
+// 60 s of traffic between passes: each pass re-reads every job's tail (at least 30 s, incremental.hpp), so
+// the work is at most ~1.5x the traffic, while what the engine holds is at most a pass' traffic plus tails.
+inline constexpr uint64_t kStreamPassNs = 60'000'000'000ull;
 
 // Writes a recording; returns a small summary document, or nullopt with err set.
 std::optional<nlohmann::json> record(const Client& client, const std::string& output, uint64_t since,

@@ -74,7 +74,8 @@ class Ingest {
   void count_group(std::size_t messages, const Group& g, bool committed);
   void commit_loop();
   void send_acks();
-  void retention();
+  void retention_loop(std::stop_token stop);  // its own thread and connection (ACKs never wait for it)
+  void retention(store::Store& st);
 
   const Settings& s_;
   Registry& reg_;
@@ -100,7 +101,8 @@ class Ingest {
   std::vector<Reply> acks_;
   std::atomic<bool> draining_{false};
   EventFd wake_;
-  std::thread committer_;  // last: started once everything above exists
+  std::thread committer_;   // started once everything above exists
+  std::jthread retention_;  // last: stopped and joined first
 };
 
 }  // namespace netprism::daemon

@@ -32,9 +32,10 @@ analysis::StreamingAnalysis::Limits limits(const Settings& s) {
   return l;
 }
 
-// Running jobs are written at most this often (a write is the whole job document); a restart recomputes
-// the recent past from the stored batches anyway, so at most the last few seconds of a job's document are
-// stale in the store meanwhile. Jobs that leave the analysis are written at once.
+// Running jobs are written at most this often (a write is the job's head row and its new or changed
+// iterations and findings, job_records.hpp); a restart recomputes the recent past from the stored batches
+// anyway, so at most the last few seconds of a job are stale in the store meanwhile. Jobs that leave the
+// analysis are written at once.
 constexpr uint64_t kPersistEveryNs = 5'000'000'000ull;
 
 std::string signature(const analysis::Job& j) {
@@ -73,18 +74,14 @@ void LiveAnalysis::preload() {
                             [&](const Flowlet& f) { return f.last_ns < since || own_.matches(f); });
       },
       [](const std::string& e) { log_line("preload: " + e); });
-  auto snap = std::make_shared<Snapshot>();
-  for (const auto& doc : reader.jobs()) {
-    auto j = analysis::job_from_json(doc);
-    persisted_[j.id] = {signature(j), now};
-    retained_[j.id] = j;
-    snap->jobs.push_back(std::move(j));
-  }
-  std::lock_guard lk(mu_);
-  latest_ = std::move(snap);
-  if (events || !retained_.empty())
-    log_line("reloaded " + std::to_string(events) + " recent flow events and " +
-             std::to_string(retained_.size()) + " jobs from the store");
+  // Only the ids of the jobs that were live when the daemon stopped: their histories stay in the store
+  // (queries read them there) and the first pass decides which go on (the engine reports them again from
+  // the window just loaded) and which are retired.
+  store::JobHistory jobs(reader.db());
+  for (const auto& h : jobs.heads(false, SIZE_MAX)) unclaimed_.push_back(h.id);
+  if (events || !unclaimed_.empty())
+    log_line("reloaded " + std::to_string(events) + " recent flow events; " +
+             std::to_string(unclaimed_.size()) + " jobs were live");
 }
 
 void LiveAnalysis::feed(std::string&& stored, std::size_t flowlets) {
@@ -179,36 +176,54 @@ void LiveAnalysis::add_pending() {
 }
 
 void LiveAnalysis::retain(analysis::Result r, uint64_t since) {
-  // Jobs of this pass replace earlier versions. An earlier job that is absent now is kept only when it left
-  // the analysis (its last iteration ended before the window starts, or it had ended): that is history. One
-  // still inside the window but gone was superseded (the analysis regrouped it), so it is dropped.
+  // Jobs of this pass replace earlier versions. An earlier job that is absent now left the analysis (its
+  // last iteration ended before the window starts, or it had ended) and is retired: written to the store
+  // and dropped from memory. One still inside the window but gone was superseded (the analysis regrouped
+  // it), so it is deleted.
+  // What the last persist() did not take (no store to write to) is not kept: memory stays bounded.
+  retiring_.clear();
+  superseded_.clear();
   std::map<std::string, analysis::Job> next;
   for (auto& j : r.jobs) next[j.id] = std::move(j);
   for (auto& [id, j] : retained_) {
     if (next.count(id)) continue;
     uint64_t last_end = j.iterations.empty() ? 0 : j.iterations.back().end_ns;
     bool left_window = j.iterations.empty() ? j.state == "ended" : last_end < since;
-    if (left_window) next[id] = std::move(j);
+    if (left_window)
+      retiring_.push_back(std::move(j));
+    else
+      superseded_.push_back(id);
   }
   retained_ = std::move(next);
 }
 
 void LiveAnalysis::persist(store::Store& writer, uint64_t now) {
+  for (const auto& j : retiring_) {
+    writer_.write(writer, j, now, true);
+    persisted_.erase(j.id);
+  }
+  retiring_.clear();
+  for (const auto& id : superseded_) {
+    writer_.remove(writer, id);
+    persisted_.erase(id);
+  }
+  superseded_.clear();
   for (const auto& [id, j] : retained_) {
     auto sig = signature(j);
     auto& p = persisted_[id];
     if (p.signature == sig) continue;
     if (!p.signature.empty() && now < p.saved_ns + kPersistEveryNs && j.state == "running") continue;
-    writer.save_job(analysis::full(j), now);
+    writer_.write(writer, j, now, false);
     p = {std::move(sig), now};
   }
-  for (auto it = persisted_.begin(); it != persisted_.end();) {
-    if (retained_.count(it->first)) {
-      ++it;
-      continue;
-    }
-    writer.delete_job(it->first);
-    it = persisted_.erase(it);
+  // Jobs live before a restart that the first pass did not report again ended meanwhile.
+  if (!unclaimed_.empty()) {
+    store::JobHistory h(writer.db());
+    store::Transaction tx(writer.db());
+    for (const auto& id : unclaimed_)
+      if (!retained_.count(id)) h.set_retired(id, true);
+    tx.commit();
+    unclaimed_.clear();
   }
 }
 

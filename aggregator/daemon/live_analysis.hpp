@@ -2,8 +2,9 @@
 // stored batch and run periodically. It runs the same stages as `netprism analyze`, but a pass costs in
 // proportion to new data plus a bounded tail per job (not the window): on a 2-core machine ingest needs
 // the CPU. Queries read the latest snapshot, so results are available while jobs run. Jobs are persisted
-// to the store's derived tables (jobs/iterations/findings) and reloaded at start, so a job that left the
-// window stays queryable.
+// incrementally to the store's derived tables (jobs/iterations/findings, job_records.hpp); a job that left
+// the analysis is retired there and dropped from memory (queries read it from the store), and a restart
+// loads no job history, only the window of batches the engine needs.
 #pragma once
 
 #include <chrono>
@@ -22,12 +23,13 @@
 #include "feed.hpp"
 #include "incremental.hpp"
 #include "flows.hpp"
+#include "job_records.hpp"
 #include "settings.hpp"
 
 namespace netprism::daemon {
 
 struct Snapshot {
-  std::vector<analysis::Job> jobs;  // current + retained, sorted by id
+  std::vector<analysis::Job> jobs;  // the live view (the last pass' jobs), sorted by id
   uint64_t computed_ns = 0;         // when this snapshot was made (0: no analysis has run yet)
   uint64_t took_ns = 0;
   uint64_t events = 0;  // transfers the analysis keeps (its bounded memory of recent traffic)
@@ -75,7 +77,11 @@ class LiveAnalysis {
 
   // Owned by the analysis thread.
   analysis::StreamingAnalysis engine_;
-  std::map<std::string, analysis::Job> retained_;  // jobs from earlier passes / the store
+  std::map<std::string, analysis::Job> retained_;  // the jobs of the last pass (the live view)
+  std::vector<analysis::Job> retiring_;            // left the analysis: written as retired, then dropped
+  std::vector<std::string> superseded_;            // regrouped by the analysis: deleted from the store
+  std::vector<std::string> unclaimed_;             // live in the store at start, not seen by a pass yet
+  JobWriter writer_;
   struct Persisted {
     std::string signature;  // what changed since the last write (cheap to compare, unlike the document)
     uint64_t saved_ns = 0;

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "job_records.hpp"
 #include "log.hpp"
 
 namespace netprism::daemon {
@@ -9,6 +10,12 @@ namespace netprism::daemon {
 namespace {
 // Largest request we parse: requests are a command and a few arguments.
 constexpr std::size_t kMaxRequestBytes = 64 * 1024;
+// Stored (retired) jobs a `jobs` answer lists unless the request asks for another `limit`: months of jobs
+// starting and ending all the time are thousands; the newest thousand keep the answer under ~200 KB.
+constexpr uint64_t kStoredJobsDefault = 1000;
+// Iterations of a stored job one `timeline`/`perfetto` answer holds unless asked otherwise (`from`,
+// `limit`; `next_from` in the answer when there are more): 100,000 iterations are ~8 MB of JSON.
+constexpr uint64_t kStoredIterationsDefault = 100000;
 // A `dump` page carries at most this much stored data, so one reply stays a modest message.
 constexpr std::size_t kDumpPageBytes = 8u << 20;
 
@@ -141,10 +148,9 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
     }
   }
   auto snap = live_.latest();
-  if (cmd == "jobs") {
-    auto jobs = nlohmann::json::array();
-    for (const auto& j : snap->jobs) jobs.push_back(analysis::job_summary(j));
-    nlohmann::json doc = {{"jobs", jobs}, {"analysed_ns", snap->computed_ns}};
+  if (cmd == "jobs") {  // the live view, then stored (retired) jobs most recently active first, bounded
+    auto doc = jobs_document(snap->jobs, *reader_, u64_arg(req, "limit", kStoredJobsDefault));
+    doc["analysed_ns"] = snap->computed_ns;
     if (tenants_) tenants_->annotate(doc, "jobs");
     return doc;
   }
@@ -158,7 +164,12 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
     if (!req.contains("id") || !req["id"].is_string()) throw BadRequest("'id' must be a string");
     const std::string id = req["id"];
     const auto* j = snap->find(id);
-    if (!j) throw NotFound("no job '" + id + "' (see `netprism jobs`)");
+    if (!j) {  // retired (or not analysed again since a restart): from the store, a page of iterations
+      auto doc = stored_job_document(*reader_, cmd, id, static_cast<int64_t>(u64_arg(req, "from", 0)) - 1,
+                                     u64_arg(req, "limit", kStoredIterationsDefault));
+      if (!doc) throw NotFound("no job '" + id + "' (see `netprism jobs`)");
+      return *doc;
+    }
     if (cmd == "job") return analysis::job_detail(*j);
     if (cmd == "timeline") return analysis::timeline(*j);
     if (cmd == "diagnose") return analysis::diagnosis(*j);

@@ -1,5 +1,7 @@
 #include "sqlite.hpp"
 
+#include <unistd.h>
+
 namespace netprism::store {
 
 namespace {
@@ -77,9 +79,19 @@ Db::Db(const std::string& path, Mode mode, const char* vfs) {
   int rc = sqlite3_open_v2(path.c_str(), &db, flags, vfs);
   db_.reset(db);
   if (rc != SQLITE_OK) fail(db, "open " + path);
-  // Readers and the writer run in different threads (and the CLI in another process): wait for locks
-  // rather than fail; 5 s is far above any commit this store makes.
-  sqlite3_busy_timeout(db, 5000);
+  // Readers and the writers (ingest, retention, analysis) run in different threads (and the CLI in another
+  // process): wait for locks rather than fail; 5 s is far above any commit this store makes. Polled every
+  // 250 us rather than by SQLite's default back-off (which sleeps up to 100 ms per try): the ingest
+  // committer waiting for one of retention's short transactions must get the lock as soon as it is free,
+  // since its ACKs wait for it.
+  sqlite3_busy_handler(
+      db,
+      [](void*, int tries) {
+        if (tries >= 20000) return 0;  // 20,000 x 250 us = 5 s
+        ::usleep(250);
+        return 1;
+      },
+      nullptr);
 }
 
 void Db::exec(std::string_view sql) {

@@ -9,6 +9,7 @@
 
 #include "netprism/wire.hpp"
 #include "batch_codec.hpp"
+#include "job_history.hpp"
 #include "write_coalescing_vfs.hpp"
 
 namespace netprism::store {
@@ -41,6 +42,9 @@ CREATE TABLE IF NOT EXISTS findings(
   job TEXT NOT NULL, kind TEXT NOT NULL, subject TEXT NOT NULL, first_iteration INTEGER NOT NULL,
   start_ns INTEGER NOT NULL, severity REAL NOT NULL, evidence TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS findings_job ON findings(job);
+CREATE TABLE IF NOT EXISTS retired_seqs(
+  node TEXT NOT NULL, epoch INTEGER NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL,
+  PRIMARY KEY(node, epoch, lo)) WITHOUT ROWID;
 )sql";
 
 // A segment holds at most this much: retention hands space back to the file system a segment at a time,
@@ -79,12 +83,14 @@ std::string Store::resolve(const std::string& path) {
   return is_dir(path) ? path + "/" + kDbFile : path;
 }
 
-Store::Store(const std::string& path, Db::Mode mode, int zstd_level)
+Store::Store(const std::string& path, Db::Mode mode, int zstd_level, bool durable_commits)
     // Writers write through the write-coalescing VFS (write_coalescing_vfs.hpp: it requires what this
     // constructor sets, synchronous=FULL).
-    : db_(resolve(path), mode, mode == Db::Mode::kReadWrite ? write_coalescing_vfs() : nullptr),
+    : db_(resolve(path), mode,
+          mode == Db::Mode::kReadWrite && durable_commits ? write_coalescing_vfs() : nullptr),
       zstd_level_(zstd_level),
       segs_(SegmentLog::dir_for(resolve(path)), kSegmentBytes) {
+  durable_ = durable_commits;
   if (mode == Db::Mode::kReadWrite) {
     // auto_vacuum must be chosen before the first table exists: it lets retention hand pages back to the
     // file system (incremental_vacuum) instead of only reusing them.
@@ -92,7 +98,7 @@ Store::Store(const std::string& path, Db::Mode mode, int zstd_level)
     db_.exec("PRAGMA journal_mode=WAL");
     // FULL: the WAL is fsynced at every commit, so an ACK (sent after commit) survives power loss too, not
     // only a crash of this process. Group commit keeps the cost to one fsync per drained burst.
-    db_.exec("PRAGMA synchronous=FULL");
+    db_.exec(durable_ ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");
     // Every batch inserts into the table and three indexes keyed by node, so with a thousand nodes the
     // touched pages are spread over the whole index; SQLite's default 2 MiB page cache then re-reads them
     // from the OS on every commit (pread copies were a fifth of the commit thread in the 1,000-agent load
@@ -107,6 +113,9 @@ Store::Store(const std::string& path, Db::Mode mode, int zstd_level)
         "UPDATE nodes SET last_seen_ns=max(last_seen_ns,?2), records=records+?3, "
         "clock_offset_ns=coalesce(?4,clock_offset_ns) WHERE node=?1");
     touch_counters_ = db_.prepare("UPDATE nodes SET counters=?2 WHERE node=?1");
+    // The interval of deleted seqs at or below seq (the primary key's order): one index probe per batch.
+    retired_q_ = db_.prepare(
+        "SELECT hi FROM retired_seqs WHERE node=?1 AND epoch=?2 AND lo <= ?3 ORDER BY lo DESC LIMIT 1");
   }
   // Read-only openers of a store from before segments (or of anything else) must still read it.
   seg_columns_ = has_seg_columns();
@@ -121,6 +130,7 @@ void Store::create_schema() {
     for (const char* c : {"seg", "seg_off", "seg_len"})
       db_.exec(std::string("ALTER TABLE batches ADD COLUMN ") + c + " INTEGER");
   tx.commit();
+  JobHistory::create_schema(db_);
 }
 
 bool Store::has_seg_columns() {
@@ -187,43 +197,6 @@ void Store::commit(Transaction& tx) {
   segs_.committed();
 }
 
-template <class Key>
-void Store::delete_each(const char* sql, const std::vector<Key>& keys) {
-  Transaction tx(db_);
-  auto del = db_.prepare(sql);
-  for (const Key& k : keys) {
-    del.bind(1, k);
-    del.run();
-  }
-  commit(tx);
-}
-
-uint64_t Store::free_segments() {
-  if (!seg_writer_) return 0;
-  std::vector<std::pair<uint64_t, int64_t>> segs;  // (seg, first id), in order
-  {
-    auto q = db_.prepare("SELECT seg, first_id FROM segments ORDER BY seg");
-    while (q.step()) segs.emplace_back(static_cast<uint64_t>(q.i64(0)), q.i64(1));
-  }
-  // Ids only grow, and a segment is written to the end before the next one starts, so segment i's rows are
-  // exactly those with ids in [first_id(i), first_id(i + 1)).
-  std::vector<uint64_t> unused;
-  auto probe = db_.prepare("SELECT 1 FROM batches WHERE id >= ?1 AND id < ?2 LIMIT 1");
-  for (std::size_t i = 0; i < segs.size(); ++i) {
-    if (segs[i].first >= segs_.current_seg()) break;  // the one being written (or newer)
-    const int64_t hi = i + 1 < segs.size() ? segs[i + 1].second : std::numeric_limits<int64_t>::max();
-    probe.bind(1, segs[i].second).bind(2, hi);
-    if (!probe.step()) unused.push_back(segs[i].first);
-    probe.reset();
-  }
-  if (unused.empty()) return 0;
-  delete_each("DELETE FROM segments WHERE seg = ?", unused);
-  // The files go one retention pass later: a reader whose snapshot began before this commit may still read
-  // these rows now. A crash before then leaves files no row names, which the next start removes.
-  unlink_later_.insert(unlink_later_.end(), unused.begin(), unused.end());
-  return unused.size();
-}
-
 void Store::register_node(const Hello& h, uint64_t now_ns) {
   std::string wire_hello = wire::encode(h);
   db_.prepare(
@@ -267,6 +240,8 @@ bool Store::insert_compressed(const Batch& b, const BatchSpan& s, std::string_vi
         .bind(at + 6, s.records)
         .bind(at + 7, static_cast<uint64_t>(raw_bytes));
   };
+  // Stored once and deleted by retention since: still a duplicate (the agent resent an old batch).
+  if (retired(b.node, b.epoch, b.seq)) return false;
   if (seg_writer_) {
     // In autocommit mode the row would be committed by the INSERT itself, before its bytes are written.
     if (sqlite3_get_autocommit(db_.get()))
@@ -305,109 +280,11 @@ void Store::touch_node(const std::string& node, uint64_t last_seen_ns, uint64_t 
   }
 }
 
-RetentionResult Store::apply_retention(uint64_t min_last_ns, uint64_t max_bytes, uint64_t current_bytes) {
-  for (uint64_t s : unlink_later_) ::unlink(segs_.path_of(s).c_str());  // freed by the previous pass
-  unlink_later_.clear();
-  // Works from the caller's running total and the (last_ns) index only: no full-table scan, which would
-  // grow with the store (a 100-node cluster adds ~1000 batches/s).
-  RetentionResult r;
-  r.stored_bytes = current_bytes;
-  auto drop = [&](const char* where, uint64_t arg) {
-    Transaction tx(db_);
-    auto q =
-        db_.prepare("SELECT coalesce(sum(" + bytes_expr() + "),0), count(*) FROM batches WHERE " + where);
-    q.bind(1, arg);
-    uint64_t bytes = 0, n = 0;
-    if (q.step()) {
-      bytes = static_cast<uint64_t>(q.i64(0));
-      n = static_cast<uint64_t>(q.i64(1));
-    }
-    q.reset();
-    if (n > 0) db_.prepare(std::string("DELETE FROM batches WHERE ") + where).bind(1, arg).run();
-    commit(tx);
-    r.deleted_batches += n;
-    r.stored_bytes -= std::min(r.stored_bytes, bytes);
-    return n;
-  };
-  if (min_last_ns > 0)
-    drop("last_ns < ?1", std::min<uint64_t>(min_last_ns, std::numeric_limits<int64_t>::max()));
-  // Size bound: the earliest received batches go first (id order: the aggregator's order, which no agent's
-  // clock can skew, and the order segments fill in, so their files empty one after another), 256 per
-  // transaction so that ingest is never blocked for long.
-  while (max_bytes > 0 && r.stored_bytes > max_bytes) {
-    std::vector<int64_t> ids;
-    uint64_t freed = 0;
-    {
-      auto q = db_.prepare("SELECT id, " + bytes_expr() + " FROM batches ORDER BY id LIMIT 256");
-      while (r.stored_bytes - std::min(r.stored_bytes, freed) > max_bytes && q.step()) {
-        ids.push_back(q.i64(0));
-        freed += static_cast<uint64_t>(q.i64(1));
-      }
-    }
-    if (ids.empty()) break;
-    delete_each("DELETE FROM batches WHERE id = ?", ids);
-    r.deleted_batches += ids.size();
-    r.stored_bytes -= std::min(r.stored_bytes, freed);
-  }
-  if (r.deleted_batches > 0) {
-    db_.exec("PRAGMA incremental_vacuum");
-    free_segments();
-  }
-  return r;
-}
-
 void Store::set_meta(const std::string& key, const std::string& value) {
   db_.prepare("INSERT INTO meta(key,value) VALUES(?,?) ON CONFLICT(key) DO UPDATE SET value=excluded.value")
       .bind(1, key)
       .bind(2, value)
       .run();
-}
-
-void Store::save_job(const nlohmann::json& doc, uint64_t now_ns) {
-  const std::string id = doc.value("id", "");
-  Transaction tx(db_);
-  db_.prepare(
-         "INSERT INTO jobs(id,state,nodes,step_time_ms,doc,updated_ns) VALUES(?1,?2,?3,?4,?5,?6) "
-         "ON CONFLICT(id) DO UPDATE SET state=?2,nodes=?3,step_time_ms=?4,doc=?5,updated_ns=?6")
-      .bind(1, id)
-      .bind(2, doc.value("state", ""))
-      .bind(3, doc.value("nodes", nlohmann::json::array()).dump())
-      .bind(4, doc.value("step_time_ms", 0.0))
-      .bind(5, doc.dump())
-      .bind(6, now_ns)
-      .run();
-  db_.prepare("DELETE FROM iterations WHERE job=?").bind(1, id).run();
-  db_.prepare("DELETE FROM findings WHERE job=?").bind(1, id).run();
-  auto it = db_.prepare("INSERT INTO iterations(job,idx,start_ns,end_ns,duration_ns) VALUES(?,?,?,?,?)");
-  for (const auto& i : doc.value("iterations", nlohmann::json::array())) {
-    it.bind(1, id)
-        .bind(2, i.value("index", int64_t{0}))
-        .bind(3, i.value("start_ns", uint64_t{0}))
-        .bind(4, i.value("end_ns", uint64_t{0}))
-        .bind(5, i.value("duration_ns", uint64_t{0}));
-    it.run();
-  }
-  auto f = db_.prepare(
-      "INSERT INTO findings(job,kind,subject,first_iteration,start_ns,severity,evidence) "
-      "VALUES(?,?,?,?,?,?,?)");
-  for (const auto& x : doc.value("findings", nlohmann::json::array())) {
-    f.bind(1, id)
-        .bind(2, x.value("kind", ""))
-        .bind(3, x.value("subject", ""))
-        .bind(4, x.value("first_iteration", int64_t{0}))
-        .bind(5, x.value("start_ns", uint64_t{0}))
-        .bind(6, x.value("severity", 0.0))
-        .bind(7, x.value("evidence", ""));
-    f.run();
-  }
-  tx.commit();
-}
-
-void Store::delete_job(const std::string& id) {
-  Transaction tx(db_);
-  for (const char* t : {"jobs WHERE id=?", "iterations WHERE job=?", "findings WHERE job=?"})
-    db_.prepare(std::string("DELETE FROM ") + t).bind(1, id).run();
-  tx.commit();
 }
 
 std::vector<NodeRow> Store::nodes() {
@@ -457,16 +334,6 @@ uint64_t Store::stored_bytes() {
 uint64_t Store::batch_count() {
   auto s = db_.prepare("SELECT count(*) FROM batches");
   return s.step() ? static_cast<uint64_t>(s.i64(0)) : 0;
-}
-
-std::vector<nlohmann::json> Store::jobs() {
-  std::vector<nlohmann::json> out;
-  auto s = db_.prepare("SELECT doc FROM jobs ORDER BY id");
-  while (s.step()) {
-    auto j = nlohmann::json::parse(s.text(0), nullptr, false);
-    if (j.is_object()) out.push_back(std::move(j));
-  }
-  return out;
 }
 
 void Store::scan_batches(const std::optional<std::string>& node, uint64_t since, uint64_t until,

@@ -7,7 +7,8 @@
 // segment files beside the database (segment_log.hpp; the row names segment, offset and length, and
 // `segments` the id of each segment's first row); other writers (recordings, tests) keep them inline in
 // `data`, as every store before segments did, and readers take either. `nodes`/`epochs` hold registrations
-// (reloaded on restart); `jobs`/`iterations`/`findings` hold the analysis' latest results; `meta` holds small
+// (reloaded on restart); `jobs`/`iterations`/`findings` hold the analysed jobs, written incrementally
+// (job_history.hpp); `retired_seqs` what retention deleted (duplicates stay recognised); `meta` holds small
 // settings (the ports whose traffic is netprism's own, so offline analysis can exclude it too).
 //
 // One writer (the ingest thread) and any number of readers (query thread, analysis, the CLI offline) each
@@ -19,6 +20,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -53,14 +55,18 @@ BatchSpan span_of(const Batch& b);
 
 struct RetentionResult {
   uint64_t deleted_batches = 0;
-  uint64_t stored_bytes = 0;  // compressed bytes of the batches left
+  uint64_t stored_bytes = 0;  // compressed bytes of the batches left (current_bytes - freed_bytes)
+  uint64_t freed_bytes = 0;   // compressed bytes of the batches deleted
 };
 
 class Store {
  public:
   // path: a data directory (the database file inside is created) or a database file itself (read-only
   // opening of recordings). zstd_level only matters for writers.
-  Store(const std::string& path, Db::Mode mode, int zstd_level = 1);
+  // durable_commits false (a writer only): commits are not synced (synchronous=NORMAL, without the
+  // write-coalescing VFS, which needs FULL): for retention's deletions, which a power loss may undo (they are
+  // redone by the next pass) -- except the freeing of segments, synced before their files go.
+  Store(const std::string& path, Db::Mode mode, int zstd_level = 1, bool durable_commits = true);
   Store(const Store&) = delete;  // its connection's hooks point at it
   Store& operator=(const Store&) = delete;
 
@@ -88,14 +94,21 @@ class Store {
                          std::size_t raw_bytes, uint64_t received_ns);
   void touch_node(const std::string& node, uint64_t last_seen_ns, uint64_t add_records,
                   const Counters* counters, std::optional<int64_t> clock_offset_ns);
-  // current_bytes: the compressed bytes stored now (the caller's running total); min_last_ns 0 / max_bytes 0
-  // disable that bound.
-  RetentionResult apply_retention(uint64_t min_last_ns, uint64_t max_bytes, uint64_t current_bytes);
+  // Deletes, in receive order, the batches received (the aggregator's clock when it stored them) before
+  // min_received_ns, then the earliest received until at most max_bytes of compressed payload is left.
+  // Record times play no part: an agent whose clock is skewed can neither delete nor pin others' data. The
+  // (node, epoch, seq) of every deleted batch is remembered (retired_seqs), so a resend of it is still a
+  // duplicate. current_bytes: the compressed bytes stored now (the caller's running total);
+  // min_received_ns 0 / max_bytes 0 disable that bound.
+  RetentionResult apply_retention(uint64_t min_received_ns, uint64_t max_bytes, uint64_t current_bytes);
+  // This connection runs retention beside the ingest writer's (another connection of the same data dir,
+  // in another thread): it may free segments and delete their files, never the one being written.
+  void enable_retention();
   // Deletes the segments (rows and files) no batch row uses any more; returns how many.
   uint64_t free_segments();
+  // (node, epoch, seq) was stored once and deleted by retention since.
+  bool retired(const std::string& node, uint64_t epoch, uint64_t seq);
   void set_meta(const std::string& key, const std::string& value);
-  void save_job(const nlohmann::json& full_doc, uint64_t now_ns);
-  void delete_job(const std::string& id);
 
   // ---- reads ----
   std::vector<NodeRow> nodes();
@@ -103,7 +116,6 @@ class Store {
   std::optional<std::string> meta(const std::string& key);
   uint64_t stored_bytes();  // full scan: at start-up only
   uint64_t batch_count();   // full scan: at start-up only
-  std::vector<nlohmann::json> jobs();
   // Decodes every stored batch overlapping [since, until] (optionally of one node), oldest first. Corrupt
   // rows are reported through on_error and skipped (the rest of the store stays readable).
   void scan_batches(const std::optional<std::string>& node, uint64_t since, uint64_t until,
@@ -128,7 +140,12 @@ class Store {
   // Runs sql (one parameter) for each key, in one transaction.
   template <class Key>
   void delete_each(const char* sql, const std::vector<Key>& keys);
-  bool has_seg_columns();          // the batches table has seg, seg_off, seg_len
+  using RetiredSeq = std::tuple<std::string, uint64_t, uint64_t>;  // node, epoch, seq
+  // One transaction of retention: at most a chunk of rows; how many it deleted.
+  uint64_t drop_oldest(uint64_t min_received_ns, uint64_t max_bytes, RetentionResult& r);
+  void note_retired(std::vector<RetiredSeq>& rows);  // merged into retired_seqs (inside the caller's tx)
+  void sweep_orphan_files();                         // segment files no row names, unlinked next pass
+  bool has_seg_columns();                            // the batches table has seg, seg_off, seg_len
   std::string seg_cols() const;    // "seg,seg_off,seg_len", or NULLs for a store from before segments
   std::string bytes_expr() const;  // a row's stored bytes, inline or in a segment
   Db db_;
@@ -136,9 +153,11 @@ class Store {
   bool seg_columns_ = false;  // the batches table has the segment columns
   SegmentLog segs_;           // reads (any store); writes once enable_segments() was called
   bool seg_writer_ = false;
+  bool retention_conn_ = false;         // enable_retention()
+  bool durable_ = true;                 // synchronous=FULL commits (the constructor's durable_commits)
   int64_t next_id_ = 1;                 // batch ids a segment writer assigns: increasing, never reused
   std::vector<uint64_t> unlink_later_;  // segments freed by the last retention pass, files not yet removed
-  Stmt ins_batch_, ins_seg_batch_, reg_segment_, touch_, touch_counters_;
+  Stmt ins_batch_, ins_seg_batch_, reg_segment_, touch_, touch_counters_, retired_q_;
   std::string zbuf_;     // compression buffer reused across batches
   std::string scratch_;  // column encoding before compression, reused likewise
 };

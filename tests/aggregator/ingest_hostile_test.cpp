@@ -284,19 +284,25 @@ TEST_F(AggregatorTest, ConnectedGoesFalseAfterTheTimeout) {
   EXPECT_EQ(st["agents"][0]["counters"]["captured"], 5);
 }
 
-// Retention by age and by size (applied at start-up, then every 30 s).
+// Retention by age and by size (applied at start-up, then every 30 s), both by receive time: the age of a
+// batch is how long ago the aggregator stored it, whatever the agent's clock says.
 TEST_F(AggregatorTest, RetentionByAgeAndSize) {
   {
     TestSender s(ctx_, proc_->listen());
     ASSERT_EQ(s.hello("r", 1)->status, AckStatus::kHelloOk);
     Batch old = one_batch("r", 1, 0);
-    old.flowlets[0].first_ns -= 7200ull * 1000000000ull;  // two hours ago
-    old.flowlets[0].last_ns -= 7200ull * 1000000000ull;
+    old.flowlets[0].first_ns += 7200ull * 1000000000ull;  // an agent clock two hours ahead: looks new
+    old.flowlets[0].last_ns += 7200ull * 1000000000ull;
     ASSERT_EQ(s.batch(old)->status, AckStatus::kOk);
+    std::this_thread::sleep_for(std::chrono::milliseconds(4000));  // received 4 s before the others
     for (uint64_t seq = 1; seq <= 10; ++seq) {
       Batch b = one_batch("r", 1, seq, static_cast<uint16_t>(40000 + seq));
       b.flowlets[0].first_ns += seq * 1000000;  // distinct, increasing times
       b.flowlets[0].last_ns += seq * 1000000;
+      if (seq == 1) {  // an agent clock two hours behind: looks old
+        b.flowlets[0].first_ns -= 7200ull * 1000000000ull;
+        b.flowlets[0].last_ns -= 7200ull * 1000000000ull;
+      }
       ASSERT_EQ(s.batch(b)->status, AckStatus::kOk);
     }
   }
@@ -305,12 +311,19 @@ TEST_F(AggregatorTest, RetentionByAgeAndSize) {
   uint64_t bytes = st["store"]["compressed_bytes"];
   proc_.reset();
   proc_ = std::make_unique<AggregatorProcess>(NETPRISM_AGGREGATOR_BIN, dir_, listen_port_, query_port_,
-                                              std::vector<std::string>{"--retention-age-s", "3600"});
+                                              std::vector<std::string>{"--retention-age-s", "3"});
   ASSERT_TRUE(proc_->wait_ready(ctx_));
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   st = status();
-  EXPECT_EQ(st["store"]["batches"], 10) << "the two-hour-old batch should be gone";
+  EXPECT_EQ(st["store"]["batches"], 10) << "only the batch received 4 s ago should be gone";
   EXPECT_EQ(st["ingest"]["retention_deleted_batches"], 1);
+  {
+    TestSender s(ctx_, proc_->listen());
+    ASSERT_EQ(s.hello("r", 1)->status, AckStatus::kHelloOk);
+    EXPECT_EQ(s.batch(one_batch("r", 1, 0))->status, AckStatus::kDuplicate)
+        << "a resend of the deleted batch is still recognised";
+  }
+  EXPECT_EQ(status()["store"]["batches"], 10);
   // Size: keep about half of what is there; the oldest go first.
   proc_.reset();
   proc_ = std::make_unique<AggregatorProcess>(
