@@ -24,6 +24,9 @@ analysis::Input load_native(store::Store& s, std::vector<std::string>& warnings)
 std::optional<nlohmann::json> analyze_file(const std::string& input, std::string format,
                                            const std::string& topology, std::string& err);
 
+// The `analyze` document of analysed jobs: {"jobs": [full job documents]}.
+nlohmann::json jobs_document(const analysis::Result& r);
+
 // The same, as analysed jobs plus the recording's "now" (its last event): for `report --input`.
 struct Analysed {
   analysis::Result result;

@@ -1,0 +1,55 @@
+#include "clickhouse_input.hpp"
+
+#include <algorithm>
+
+#include "reader.hpp"
+#include "feed.hpp"
+#include "flows.hpp"
+#include "offline.hpp"
+#include "topology.hpp"
+
+namespace netprism::cli {
+
+std::optional<analysis::Input> load_clickhouse(const std::string& url, uint64_t since, uint64_t until,
+                                               std::string& err) {
+  auto u = clickhouse::parse_url(url, err);
+  if (!u) return std::nullopt;
+  clickhouse::Reader reader(*u);
+  auto addrs = reader.node_addrs(err);
+  if (!addrs) return std::nullopt;
+  auto ports = reader.own_ports(err);
+  if (!ports) return std::nullopt;
+  std::vector<store::NodeRow> nodes;
+  for (auto& [node, list] : *addrs) {
+    store::NodeRow n;
+    n.node = node;
+    n.hello.interfaces.push_back({"", 0, list});
+    nodes.push_back(std::move(n));
+  }
+  analysis::Input in;
+  in.offline = true;  // as a recording (load_native)
+  in.addr_node = store::addr_nodes(nodes);
+  store::OwnTraffic own{*ports};
+  std::string node;  // the last row's, so a page's runs of one node share the text
+  const bool ok = reader.scan(
+      since, until,
+      [&](const clickhouse::FlowletRow& row) {
+        if (own.matches(row.f)) return;
+        if (node != row.node) node = row.node;
+        in.events.push_back(analysis::flow_event(node, row.f));
+        in.now_ns = std::max<uint64_t>(in.now_ns, row.f.last_ns);
+      },
+      err);
+  if (!ok) return std::nullopt;
+  return in;
+}
+
+std::optional<nlohmann::json> analyze_clickhouse(const std::string& url, uint64_t since, uint64_t until,
+                                                 const std::string& topology, std::string& err) {
+  auto in = load_clickhouse(url, since, until, err);
+  if (!in) return std::nullopt;
+  if (!topology.empty() && !analysis::load_topology(topology, in->addr_node, err)) return std::nullopt;
+  return jobs_document(analysis::analyze(*in));
+}
+
+}  // namespace netprism::cli
