@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "reader.hpp"
+#include "clickhouse/reader.hpp"
 #include "feed.hpp"
 #include "flows.hpp"
 #include "offline.hpp"
@@ -23,7 +23,7 @@ std::optional<analysis::Input> load_clickhouse(const std::string& url, uint64_t 
   for (auto& [node, list] : *addrs) {
     store::NodeRow n;
     n.node = node;
-    n.hello.interfaces.push_back({"", 0, list});
+    n.hello.interfaces.push_back(InterfaceInfo{"", 0, list});
     nodes.push_back(std::move(n));
   }
   analysis::Input in;
