@@ -2,8 +2,8 @@
 // nodes it names, over the real wire protocol: each node says HELLO with its topology address, then ships its
 // rows in time order as flowlets, 64 per batch, to the aggregator `--route NODE=ENDPOINT` gives it (nodes
 // without a route go to --endpoint). A row becomes the flowlet its observer's agent would have shipped:
-// egress when the observer sent it (the samples record outgoing packets only), payload = bytes - 52 per
-// packet. Exits 0 when every batch was acknowledged as stored and prints {"batches", "records"}.
+// egress when the observer sent it (the samples record outgoing packets only), payload = the data bytes the
+// CSV import counts for the row. Exits 0 when every batch was acknowledged as stored and prints {"batches", "records"}.
 #include <algorithm>
 #include <iostream>
 #include <map>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "analysis.hpp"
+#include "stages.hpp"
 #include "test_sender.hpp"
 #include "topology.hpp"
 
@@ -23,6 +24,9 @@ Flowlet to_flowlet(const analysis::FlowEvent& e, const std::string& observer_add
                            e.src == observer_addr ? NP_DIR_EGRESS : NP_DIR_INGRESS, e.proto);
   f.key.qpn = e.qpn;
   f.tcp_flags = e.tcp_flags;
+  // The data bytes the analysis counts for the CSV row (its IP bytes unless they fit pure ACKs), so the
+  // flowlet carries the same transfer volume as the row it replays.
+  f.payload_bytes = analysis::data_bytes(0, -1, analysis::is_v6(e.src), e.packets, e.bytes);
   return f;
 }
 }  // namespace
