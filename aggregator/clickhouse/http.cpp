@@ -87,7 +87,7 @@ std::optional<std::string> Server::post(const std::string& path_query, const std
   cli.set_write_timeout(secs, 0);
   auto res = cli.Post(path_query, body, "application/octet-stream");
   if (!res) {
-    err = url_.base + ": " + httplib::to_string(res.error());
+    err = url_.base + ": " + httplib::to_string(res.error()) + " error (no reply)";
     return std::nullopt;
   }
   if (res->status != 200) {
