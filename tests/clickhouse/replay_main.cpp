@@ -3,7 +3,8 @@
 // rows in time order as flowlets, 64 per batch, to the aggregator `--route NODE=ENDPOINT` gives it (nodes
 // without a route go to --endpoint). A row becomes the flowlet its observer's agent would have shipped:
 // egress when the observer sent it (the samples record outgoing packets only), payload = the data bytes the
-// CSV import counts for the row. Exits 0 when every batch was acknowledged as stored and prints {"batches", "records"}.
+// CSV import counts for the row. Exits 0 when every batch was acknowledged as stored and prints {"batches",
+// "records"}.
 #include <algorithm>
 #include <iostream>
 #include <map>
