@@ -4,10 +4,12 @@
 // SELECT ... FORMAT RowBinary needs, and it is the same in ClickHouse 18.16 and current releases.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 namespace netprism::clickhouse {
 
@@ -16,8 +18,13 @@ class RowWriter {
   explicit RowWriter(std::string& out) : out_(out) {}
   template <class U>
   void uint(U v) {  // UInt8/16/32/64 by the width of U
-    for (std::size_t i = 0; i < sizeof(U); ++i)
-      out_.push_back(static_cast<char>((uint64_t{v} >> (8 * i)) & 0xff));
+    static_assert(std::is_unsigned_v<U>);
+    if constexpr (std::endian::native == std::endian::little) {
+      out_.append(reinterpret_cast<const char*>(&v), sizeof v);  // the row's bytes as they are in memory
+    } else {
+      for (std::size_t i = 0; i < sizeof(U); ++i)
+        out_.push_back(static_cast<char>((uint64_t{v} >> (8 * i)) & 0xff));
+    }
   }
   void varint(uint64_t v);
   void string(std::string_view s) {

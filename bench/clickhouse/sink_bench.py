@@ -24,6 +24,29 @@ from chserver import Servers  # noqa: E402
 from daemons import Aggregator  # noqa: E402
 
 
+def cpu_s(pid):
+    """User + system CPU seconds of a process so far."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu_s(pid, name):
+    """CPU seconds of the process' threads called `name`."""
+    total = 0.0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                if f.read().strip() != name:
+                    continue
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            pass
+    return total
+
+
 def load(sim, agg, a):
     """Runs the load; (records acked, seconds), the max pending batches seen."""
     p = subprocess.Popen([sim, "load", "--aggregator", agg.listen, "--agents", str(a.agents), "--rate",
@@ -73,14 +96,17 @@ def main():
                   % (n1, s1, n1 / s1, n1 / s1 / L, pending, lag, st["clickhouse"]["sunk_rows"]))
 
             os.remove(os.path.join(live.data_dir, "clickhouse.hwm"))
-            t0 = time.time()
+            t0, ch0 = time.time(), cpu_s(ch.procs[0].pid)
             again = Aggregator(a.aggregator, a.cli, tmp, "live", ["--clickhouse", ch.url(0, "bench_backlog")])
             aggs.append(again)
             st = again.wait_sunk(timeout=900)
             secs = time.time() - t0
+            sink_cpu, ch_cpu = thread_cpu_s(again.proc.pid, "np-clickhouse"), cpu_s(ch.procs[0].pid) - ch0
             rows = st["clickhouse"]["sunk_rows"]
             S = rows / secs
-            print("backlog: %d rows from the store into ClickHouse in %.1f s: S = %.0f rows/s" % (rows, secs, S))
+            print("backlog: %d rows from the store into ClickHouse in %.1f s: S = %.0f rows/s; CPU: sink thread %.1f s "
+                  "(%.2f us/row), clickhouse-server %.1f s (%.2f us/row)"
+                  % (rows, secs, S, sink_cpu, sink_cpu * 1e6 / rows, ch_cpu, ch_cpu * 1e6 / rows))
             print("S / L = %.2f (ClickHouse ingest / one aggregator's local ingest)" % (S / L))
     finally:
         for g in aggs:
