@@ -105,9 +105,9 @@ std::optional<std::string> Server::query(const std::string& sql, std::string& er
 }
 
 bool Server::insert(const std::string& table, const std::string& rows, std::string& err,
-                    const std::map<std::string, std::string>& extra) const {
+                    const std::map<std::string, std::string>& extra, const std::string& format) const {
   auto params = extra;
-  params["query"] = "INSERT INTO " + table + " FORMAT RowBinary";
+  params["query"] = "INSERT INTO " + table + " FORMAT " + format;
   return post(path(params), rows, err).has_value();
 }
 

@@ -31,9 +31,10 @@ class Server {
   // or the connection error). extra: more URL parameters (settings) for this request only.
   std::optional<std::string> query(const std::string& sql, std::string& err,
                                    const std::map<std::string, std::string>& extra = {}) const;
-  // INSERT INTO table FORMAT RowBinary with `rows` as the data. true, or false with err.
+  // INSERT INTO table FORMAT format (RowBinary, Native) with `rows` as the data. true, or false with err.
   bool insert(const std::string& table, const std::string& rows, std::string& err,
-              const std::map<std::string, std::string>& extra = {}) const;
+              const std::map<std::string, std::string>& extra = {},
+              const std::string& format = "RowBinary") const;
 
  private:
   std::optional<std::string> post(const std::string& path_query, const std::string& body,

@@ -97,6 +97,55 @@ void append_flowlet_rows(const Batch& b, uint64_t received_ns, std::string& out)
   }
 }
 
+namespace {
+// The flowlets of the block's batches in order, with their batch: fn(batch, idx, flowlet).
+template <class Fn>
+void each_row(const std::vector<StoredBatch>& batches, Fn&& fn) {
+  for (const auto& sb : batches)
+    for (uint32_t i = 0; i < sb.batch->flowlets.size(); ++i) fn(sb, i, sb.batch->flowlets[i]);
+}
+}  // namespace
+
+void append_flowlet_block(const std::vector<StoredBatch>& batches, std::string& out) {
+  std::size_t rows = 0;
+  for (const auto& sb : batches) rows += sb.batch->flowlets.size();
+  RowWriter w(out);
+  w.varint(5 + kFlowletFields);
+  w.varint(rows);
+  auto column = [&](std::string_view name, std::string_view type) {
+    w.string(name);
+    w.string(type);
+  };
+  column("node", "String");
+  each_row(batches, [&](const StoredBatch& sb, uint32_t, const Flowlet&) { w.string(sb.batch->node); });
+  column("epoch", "UInt64");
+  each_row(batches, [&](const StoredBatch& sb, uint32_t, const Flowlet&) { w.uint(sb.batch->epoch); });
+  column("seq", "UInt64");
+  each_row(batches, [&](const StoredBatch& sb, uint32_t, const Flowlet&) { w.uint(sb.batch->seq); });
+  column("idx", "UInt32");
+  each_row(batches, [&](const StoredBatch&, uint32_t i, const Flowlet&) { w.uint(i); });
+  column("received_ns", "UInt64");
+  each_row(batches, [&](const StoredBatch& sb, uint32_t, const Flowlet&) { w.uint(sb.received_ns); });
+  std::vector<std::string> types;
+  each_field_type([&](const char*, const std::string& t) { types.push_back(t); });
+  std::size_t field = 0;
+  for_each_flowlet_field([&](auto info, auto get) {
+    column(decltype(info)::name, types[field++]);
+    if constexpr (decltype(info)::kind == FieldKind::kVec) {
+      using T = std::remove_cvref_t<decltype(get(std::declval<const Flowlet&>()))>;
+      for (uint64_t end = 0, r = 0; r < rows; ++r) w.uint(end += std::extent_v<T>);
+      each_row(batches, [&](const StoredBatch&, uint32_t, const Flowlet& f) {
+        for (auto x : get(f)) w.uint(x);
+      });
+    } else if constexpr (decltype(info)::kind == FieldKind::kAddr) {
+      each_row(batches,
+               [&](const StoredBatch&, uint32_t, const Flowlet& f) { w.fixed(get(f), sizeof get(f)); });
+    } else {
+      each_row(batches, [&](const StoredBatch&, uint32_t, const Flowlet& f) { w.uint(get(f)); });
+    }
+  });
+}
+
 bool read_flowlet_row(RowReader& r, FlowletRow& row) {
   if (r.at_end()) return false;
   row.node = r.string();

@@ -22,10 +22,14 @@
 namespace netprism::daemon {
 
 namespace {
-// A page of batches per insert: up to 2 MiB of compressed batches, ~110k flowlets (~18 B each compressed),
-// ~15 MB of RowBinary. ClickHouse wants few large inserts (each one is a part to merge); 200 ms polls of a
-// busy aggregator fill a page in a fraction of that.
+// A page of batches per insert: up to 100,000 flowlets (~14 MB as a Native block; clickhouse-server holds
+// the block and its sorted copy, well inside its default memory limit) or 2 MiB of compressed batches.
+// Bounded by records and not only by bytes: a batch of repetitive flowlets compresses to almost nothing
+// (netprism-sim's ~0.04 B per record), and 2 MiB of those, 50 M rows, made the insert exceed the server's
+// memory limit. ClickHouse wants few large inserts (each one is a part to merge); 200 ms polls of a busy
+// aggregator fill a page in a fraction of that.
 constexpr std::size_t kPageBytes = 2u << 20;
+constexpr uint64_t kPageRecords = 100'000;
 // Tuples per "which of these are there" query: ~50 bytes each, far below max_query_size (256 KiB).
 constexpr std::size_t kCheckChunk = 1000;
 constexpr uint64_t kDayNs = 86'400'000'000'000ull;
@@ -173,8 +177,8 @@ bool ClickHouseSink::sync_nodes(store::Store& st, std::string& err) {
 }
 
 bool ClickHouseSink::sink_page(store::Store& st, bool& moved, std::string& err) {
-  const auto raw =
-      st.raw_batches(static_cast<int64_t>(mark_), 0, std::numeric_limits<uint64_t>::max(), kPageBytes);
+  const auto raw = st.raw_batches(static_cast<int64_t>(mark_), 0, std::numeric_limits<uint64_t>::max(),
+                                  kPageBytes, kPageRecords);
   // Batch ids after the mark: ids are consecutive but for retention's deletions at the old end, and the
   // largest id is one b-tree lookup where counting the rows would read the whole backlog every round.
   auto last = st.db().prepare("SELECT max(id) FROM batches");
@@ -204,17 +208,21 @@ bool ClickHouseSink::sink_page(store::Store& st, bool& moved, std::string& err) 
     if (!p) return false;
     there = std::move(*p);
   }
-  std::string rows;
-  uint64_t batches = 0, flowlets = 0;
+  std::vector<clickhouse::StoredBatch> fresh;
+  uint64_t flowlets = 0;
   for (std::size_t i = 0; i < page.size(); ++i) {
-    if (there.count({page[i].node, page[i].epoch, page[i].seq})) continue;
-    clickhouse::append_flowlet_rows(page[i], received[i], rows);
-    batches++;
+    if (page[i].flowlets.empty() || there.count({page[i].node, page[i].epoch, page[i].seq})) continue;
+    fresh.push_back({&page[i], received[i]});
     flowlets += page[i].flowlets.size();
   }
-  const auto settings = insert_settings(server_.url());
-  if (!rows.empty() && !server_.insert(clickhouse::table(server_.url(), "flowlets"), rows, err, settings))
-    return false;
+  const uint64_t batches = fresh.size();
+  if (!fresh.empty()) {
+    std::string block;
+    clickhouse::append_flowlet_block(fresh, block);
+    if (!server_.insert(clickhouse::table(server_.url(), "flowlets"), block, err,
+                        insert_settings(server_.url()), "Native"))
+      return false;
+  }
   if (!save_mark(mark_path_, static_cast<uint64_t>(raw.back().id), err)) return false;
   mark_ = static_cast<uint64_t>(raw.back().id);
   verify_ = false;
