@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "clickhouse/http.hpp"
 #include "clickhouse/rowbinary.hpp"
@@ -101,6 +103,64 @@ TEST(FlowletRows, RoundTripEveryField) {
     }
     EXPECT_FALSE(t.ok() && !t.at_end()) << n;
   }
+}
+
+// Reads a Native block back the way clickhouse-server does (no block info over HTTP; per column name, type,
+// values; arrays as end offsets, then elements) and checks every value against the batches.
+TEST(FlowletBlock, NativeColumnsHoldEveryFieldOfEveryRow) {
+  Batch a, b;
+  a.node = "n0";
+  a.epoch = 1;
+  a.seq = 2;
+  a.flowlets = {flowlet(100, 1), flowlet(200, 2)};
+  b.node = "node-1";
+  b.epoch = 3;
+  b.seq = 4;
+  b.flowlets = {flowlet(300, 3)};
+  std::string block;
+  append_flowlet_block({{&a, 10}, {&b, 20}}, block);
+  RowReader r(block);
+  ASSERT_EQ(r.varint(), 5 + kFlowletFields);
+  ASSERT_EQ(r.varint(), 3u);
+  const std::vector<std::pair<const Batch*, uint32_t>> rows = {{&a, 0}, {&a, 1}, {&b, 0}};
+  EXPECT_EQ(r.string(), "node");
+  EXPECT_EQ(r.string(), "String");
+  for (const auto& [batch, i] : rows) EXPECT_EQ(r.string(), batch->node);
+  for (const char* name : {"epoch", "seq", "idx", "received_ns"}) {
+    EXPECT_EQ(r.string(), name);
+    const std::string type(r.string());
+    for (const auto& [batch, i] : rows) {
+      const std::string n = name;
+      const uint64_t want = n == "epoch"  ? batch->epoch
+                            : n == "seq"  ? batch->seq
+                            : n == "idx"  ? i
+                            : batch == &a ? 10
+                                          : 20;
+      EXPECT_EQ(type == "UInt32" ? r.uint<uint32_t>() : r.uint<uint64_t>(), want) << name;
+    }
+  }
+  std::vector<Flowlet> got(rows.size());
+  for_each_flowlet_field([&](auto info, auto get) {
+    EXPECT_EQ(r.string(), decltype(info)::name);
+    const std::string type(r.string());
+    using T = std::remove_cvref_t<decltype(get(got[0]))>;
+    if constexpr (decltype(info)::kind == FieldKind::kVec) {
+      EXPECT_EQ(type, "Array(UInt32)");
+      for (uint64_t k = 1; k <= rows.size(); ++k) EXPECT_EQ(r.uint<uint64_t>(), k * std::extent_v<T>);
+      for (auto& f : got)
+        for (auto& x : get(f)) x = r.uint<std::remove_extent_t<T>>();
+    } else if constexpr (decltype(info)::kind == FieldKind::kAddr) {
+      EXPECT_EQ(type, "FixedString(16)");
+      for (auto& f : got) r.fixed(get(f), sizeof get(f));
+    } else {
+      EXPECT_EQ(type, "UInt" + std::to_string(8 * sizeof(T)));
+      for (auto& f : got) get(f) = r.uint<T>();
+    }
+  });
+  EXPECT_TRUE(r.ok());
+  EXPECT_TRUE(r.at_end());
+  for (std::size_t k = 0; k < rows.size(); ++k)
+    EXPECT_TRUE(got[k] == rows[k].first->flowlets[rows[k].second]) << k;
 }
 
 TEST(Url, DatabaseClusterAndPassedParameters) {
