@@ -8,7 +8,9 @@ offered faster than one aggregator can store, so the acked rate is the local ing
      behind, and how long after the load's end ClickHouse had everything.
   3. backlog: that aggregator restarted against a fresh database with its high-water mark removed, so the
      sink copies the whole store as fast as it can: the sink's rate S (rows/s into ClickHouse).
-Prints S / L: above 1, the sink outruns what one aggregator can ingest.
+Prints S / L: above 1, the sink outruns what one aggregator can ingest. On a shared machine the wall-clock
+rates follow whatever else runs; the CPU each side spends per record (ingest: the aggregator's threads but the
+live analysis; ClickHouse: the sink thread plus clickhouse-server) gives the capacity ratio independent of that.
 
 usage: sink_bench.py NETPRISM NETPRISM_AGGREGATOR NETPRISM_SIM [--agents N] [--rate R] [--duration S]"""
 import argparse
@@ -47,6 +49,11 @@ def thread_cpu_s(pid, name):
     return total
 
 
+def ingest_cpu_s(pid):
+    """CPU seconds of the aggregator's ingest: every thread but the live analysis (np-analysis)."""
+    return cpu_s(pid) - thread_cpu_s(pid, "np-analysis")
+
+
 def load(sim, agg, a):
     """Runs the load; (records acked, seconds), the max pending batches seen."""
     p = subprocess.Popen([sim, "load", "--aggregator", agg.listen, "--agents", str(a.agents), "--rate",
@@ -79,10 +86,13 @@ def main():
         with Servers(1) as ch:
             base = Aggregator(a.aggregator, a.cli, tmp, "baseline")
             aggs.append(base)
+            c0 = ingest_cpu_s(base.proc.pid)
             n0, s0, _ = load(a.sim, base, a)
+            ingest_us = (ingest_cpu_s(base.proc.pid) - c0) * 1e6 / n0
             base.stop()
             L = n0 / s0
-            print("baseline (no sink): %d records in %.1f s: L = %.0f records/s" % (n0, s0, L))
+            print("baseline (no sink): %d records in %.1f s: L = %.0f records/s; ingest CPU %.2f us/record"
+                  % (n0, s0, L, ingest_us))
 
             live = Aggregator(a.aggregator, a.cli, tmp, "live", ["--clickhouse", ch.url(0, "bench_live")])
             aggs.append(live)
@@ -107,7 +117,10 @@ def main():
             print("backlog: %d rows from the store into ClickHouse in %.1f s: S = %.0f rows/s; CPU: sink thread %.1f s "
                   "(%.2f us/row), clickhouse-server %.1f s (%.2f us/row)"
                   % (rows, secs, S, sink_cpu, sink_cpu * 1e6 / rows, ch_cpu, ch_cpu * 1e6 / rows))
-            print("S / L = %.2f (ClickHouse ingest / one aggregator's local ingest)" % (S / L))
+            print("S / L = %.2f (ClickHouse ingest / one aggregator's local ingest, wall clock)" % (S / L))
+            sink_us = (sink_cpu + ch_cpu) * 1e6 / rows
+            print("by CPU: local ingest %.2f us/record, into ClickHouse %.2f us/row (sink + server): "
+                  "capacity ratio %.2f" % (ingest_us, sink_us, ingest_us / sink_us))
     finally:
         for g in aggs:
             g.stop()
