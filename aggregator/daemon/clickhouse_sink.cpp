@@ -225,7 +225,9 @@ bool ClickHouseSink::sink_page(store::Store& st, bool& moved, std::string& err) 
   }
   if (!save_mark(mark_path_, static_cast<uint64_t>(raw.back().id), err)) return false;
   mark_ = static_cast<uint64_t>(raw.back().id);
-  verify_ = false;
+  // Keep asking while pages turn out to be there already: a crash or a failure leaves at most one page in
+  // ClickHouse beyond the mark, but a mark file lost or restored from a backup can lag by any number.
+  verify_ = !there.empty();
   moved = true;
   reg_.with_counters([&](IngestCounters& c) {
     auto& ch = c.clickhouse;
