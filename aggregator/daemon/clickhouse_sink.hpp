@@ -11,10 +11,9 @@
 // a crash may come between an insert and the mark's update. So after a start or a failure the sink first asks
 // ClickHouse which of the page's batches it holds and inserts only the others (and asks again for the next
 // page as long as a page had some: a lost or stale mark file costs a re-read, not duplicates); with a cluster
-// the insert is
-// synchronous (insert_distributed_sync=1), so "acknowledged" means on the shard. What could still slip
-// through (two sinks inserting the same batch) is one row after merges: ReplacingMergeTree keyed by
-// (node, epoch, seq, idx), read with FINAL (clickhouse/tables.hpp).
+// the insert is synchronous (insert_distributed_sync=1), so "acknowledged" means on the shard. What could
+// still slip through (two sinks inserting the same batch) is one row after merges: ReplacingMergeTree keyed
+// by (node, epoch, seq, idx), read with FINAL (clickhouse/tables.hpp).
 //
 // Local retention deleting batches before they reached ClickHouse loses them there: size retention_bytes
 // for the longest outage to ride out (status `pending_batches` shows how far behind the sink is).
