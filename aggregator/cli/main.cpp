@@ -93,7 +93,7 @@ struct Invocation {
   CLI::App* diagnose = nullptr;
   std::string perfetto_file;
   CLI::App* exp = nullptr;
-  std::string input, format, topology, clickhouse_url;
+  std::string input, format, topology, clickhouse_url, shard_text = "0/1";
   CLI::App* analyze = nullptr;
   CLI::App* rep = nullptr;
   std::string html_file;
@@ -163,6 +163,9 @@ void Invocation::define() {
   in_opt->excludes(ch_opt);
   analyze->add_option("--since", since, "with --clickhouse: start of the window (Unix ns)");
   analyze->add_option("--until", until, "with --clickhouse: end of the window (Unix ns)");
+  analyze->add_option(
+      "--shard", shard_text,
+      "with --clickhouse: only shard K of N of the jobs (K/N; jobs split by the nodes they span)");
   analyze
       ->add_option("--format", format,
                    "native, csv, or a capture of exporters' datagrams: ipfix (IPFIX/NetFlow v9) or sflow "
@@ -266,7 +269,9 @@ int Invocation::run() {
       return cli::kExitUsage;
     }
     std::string err;
-    auto doc = cli::analyze_clickhouse(clickhouse_url, since, until, topology, err);
+    auto shard = cli::parse_shard(shard_text, err);
+    if (!shard) return cli::fail("netprism", err);
+    auto doc = cli::analyze_clickhouse(clickhouse_url, since, until, topology, *shard, err);
     if (!doc) return cli::fail("netprism", err);
     std::cout << (as_json ? doc->dump() + "\n" : cli::render_analysis(*doc));
     return cli::kExitOk;

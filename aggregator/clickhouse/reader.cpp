@@ -33,11 +33,41 @@ std::optional<std::set<uint16_t>> Reader::own_ports(std::string& err) const {
   return r.ok() ? std::optional(std::move(out)) : std::nullopt;
 }
 
+namespace {
+std::string window_sql(uint64_t since, uint64_t until) {
+  return "last_ns >= " + std::to_string(since) + " AND first_ns <= " + std::to_string(until);
+}
+}  // namespace
+
+std::optional<std::vector<Reader::Edge>> Reader::edges(uint64_t since, uint64_t until,
+                                                       std::string& err) const {
+  auto reply =
+      server_.query("SELECT node, saddr, daddr FROM " + table(server_.url(), "flowlets") + " WHERE " +
+                        window_sql(since, until) + " GROUP BY node, saddr, daddr FORMAT RowBinary",
+                    err);
+  if (!reply) return std::nullopt;
+  std::vector<Edge> out;
+  RowReader r(*reply);
+  while (!r.at_end() && r.ok()) {
+    Edge e;
+    e.node = r.string();
+    r.fixed(e.saddr.data(), 16);
+    r.fixed(e.daddr.data(), 16);
+    out.push_back(std::move(e));
+  }
+  if (!r.ok()) err = "malformed reply reading who talked to whom";
+  return r.ok() ? std::optional(std::move(out)) : std::nullopt;
+}
+
 bool Reader::scan(uint64_t since, uint64_t until, const std::function<void(const FlowletRow&)>& fn,
-                  std::string& err, uint64_t rows_per_page) const {
+                  std::string& err, const std::vector<std::string>& nodes, uint64_t rows_per_page) const {
   const std::string t = table(server_.url(), "flowlets");
-  const std::string window =
-      "last_ns >= " + std::to_string(since) + " AND first_ns <= " + std::to_string(until);
+  std::string window = window_sql(since, until);
+  if (!nodes.empty()) {
+    std::string in;
+    for (const auto& n : nodes) in += (in.empty() ? "" : ",") + sql_quote(n);
+    window += " AND node IN (" + in + ")";
+  }
   auto bounds = server_.query(
       "SELECT min(first_ns), max(first_ns), count() FROM " + t + " WHERE " + window + " FORMAT RowBinary",
       err);

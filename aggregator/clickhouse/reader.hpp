@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "http.hpp"
+#include "netprism/addr.hpp"
 #include "tables.hpp"
 
 namespace netprism::clickhouse {
@@ -26,8 +27,16 @@ class Reader {
   // fn(row) for every flowlet overlapping [since, until] (last_ns >= since, first_ns <= until), in pages of
   // about rows_per_page rows by first_ns (so memory is bounded by a page on both sides), ordered by
   // (node, epoch, seq, idx) within a page. false with err.
+  // nodes: only these observers' flowlets (a key-prefix read); empty: all.
   bool scan(uint64_t since, uint64_t until, const std::function<void(const FlowletRow&)>& fn,
-            std::string& err, uint64_t rows_per_page = 1'000'000) const;
+            std::string& err, const std::vector<std::string>& nodes = {},
+            uint64_t rows_per_page = 1'000'000) const;
+  // Who talked to whom in the window: every distinct (observer, saddr, daddr), aggregated by the server.
+  struct Edge {
+    std::string node;
+    Addr16 saddr, daddr;
+  };
+  std::optional<std::vector<Edge>> edges(uint64_t since, uint64_t until, std::string& err) const;
 
  private:
   Server server_;

@@ -7,7 +7,7 @@ Two clickhouse-servers form a two-shard cluster; two aggregators each write to a
 its nodes split across the aggregators so that every job spans both. `netprism analyze --clickhouse` (through
 either server) must give exactly the document `netprism analyze --input` gives for the sample itself: same
 jobs, groups, parallelism, iterations and timeline. Also: rows on both shards, nothing lost or doubled,
-and --since/--until windows.
+--since/--until windows, and --shard K/N (analysis sharded by job: the shards' jobs together are the whole).
 
 usage: two_aggregators_test.py NETPRISM NETPRISM_AGGREGATOR NP_REPLAY SAMPLES_DIR"""
 import gzip
@@ -71,6 +71,13 @@ def check(ch, tmp, sample, split):
     url = ch.url(0, database=db, cluster=True)
     assert analyze("--clickhouse", url, "--since", str(lo), "--until", str(hi)) == want
     assert analyze("--clickhouse", url, "--since", str(hi + 1)) == {"jobs": []}
+    # Sharded by job: N analysers' jobs are disjoint and together exactly the unsharded analysis' jobs.
+    by_id = sorted(want["jobs"], key=lambda j: j["id"])
+    for n in (2, 3):
+        shards = [analyze("--clickhouse", url, "--shard", "%d/%d" % (k, n))["jobs"] for k in range(n)]
+        union = sorted((j for sh in shards for j in sh), key=lambda j: j["id"])
+        assert union == by_id, "%s --shard */%d: %s" % (sample, n, [[j["id"] for j in sh] for sh in shards])
+        print("%s --shard K/%d: jobs per shard %s" % (sample, n, [len(sh) for sh in shards]))
     jobs = [(len(j["nodes"]), len(j["iterations"])) for j in want["jobs"]]
     print("%s: %d records over shards %s; %d job(s) (nodes, iterations) %s identical from ClickHouse"
           % (sample, sent["records"], per_shard, len(want["jobs"]), jobs))
