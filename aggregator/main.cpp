@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "daemon/auth.hpp"
+#include "daemon/clickhouse_sink.hpp"
 #include "daemon/http_api.hpp"
 #include "daemon/ingest.hpp"
 #include "daemon/live_analysis.hpp"
@@ -119,6 +120,8 @@ int serve(const daemon::Settings& s, const sigset_t& sigs) {
   if (!s.http_listen.empty()) http = std::make_unique<daemon::HttpApi>(s, query, live);
   std::unique_ptr<daemon::Webhooks> hooks;
   if (!s.webhooks.empty()) hooks = std::make_unique<daemon::Webhooks>(s.webhooks, live);
+  std::unique_ptr<daemon::ClickHouseSink> sink;  // copies committed batches; reads the store, not the ingest
+  if (!s.clickhouse_url.empty()) sink = std::make_unique<daemon::ClickHouseSink>(s, reg, own);
   daemon::log_line(std::string("version ") + std::string(kVersion) + " listening on " + s.listen +
                    ", queries on " + s.query + (http ? ", HTTP on " + s.http_listen : "") + ", data in " +
                    s.data_dir);
@@ -126,10 +129,11 @@ int serve(const daemon::Settings& s, const sigset_t& sigs) {
   std::jthread t_ingest([&](std::stop_token st) { ingest.run(st); });
   std::jthread t_live([&](std::stop_token st) { live.run(st); });
   std::jthread t_query([&](std::stop_token st) { query.run(st); });
-  std::jthread t_flows, t_http, t_hooks;
+  std::jthread t_flows, t_http, t_hooks, t_sink;
   if (flows) t_flows = std::jthread([&](std::stop_token st) { flows->run(st); });
   if (http) t_http = std::jthread([&](std::stop_token st) { http->run(st); });
   if (hooks) t_hooks = std::jthread([&](std::stop_token st) { hooks->run(st); });
+  if (sink) t_sink = std::jthread([&](std::stop_token st) { sink->run(st); });
   daemon::notify_ready("listening on " + s.listen);
   // Healthy: the analysis published a pass within the last minute (it runs every second, backing off to at
   // most 3x its own pass time) and the query server answers (its lock and the registry's are free).

@@ -19,6 +19,7 @@
 #include "html_report.hpp"
 #include "netprism/cli.hpp"
 #include "netprism/keys.hpp"
+#include "clickhouse_input.hpp"
 #include "offline.hpp"
 #include "render.hpp"
 
@@ -92,7 +93,7 @@ struct Invocation {
   CLI::App* diagnose = nullptr;
   std::string perfetto_file;
   CLI::App* exp = nullptr;
-  std::string input, format, topology;
+  std::string input, format, topology, clickhouse_url, shard_text = "0/1";
   CLI::App* analyze = nullptr;
   CLI::App* rep = nullptr;
   std::string html_file;
@@ -154,8 +155,17 @@ void Invocation::define() {
   exp->add_option("--perfetto", perfetto_file, "write Chrome/Perfetto trace-event JSON here")->required();
 
   analyze = app.add_subcommand("analyze", "analyse a recording without an aggregator");
-  analyze->add_option("--input", input, "aggregator data dir, `netprism record` file, or flow CSV")
-      ->required();
+  auto* in_opt =
+      analyze->add_option("--input", input, "aggregator data dir, `netprism record` file, or flow CSV");
+  auto* ch_opt = analyze->add_option("--clickhouse", clickhouse_url,
+                                     "analyse what every aggregator stored in ClickHouse instead: "
+                                     "http://HOST:8123/?database=netprism[&cluster=NAME]");
+  in_opt->excludes(ch_opt);
+  analyze->add_option("--since", since, "with --clickhouse: start of the window (Unix ns)");
+  analyze->add_option("--until", until, "with --clickhouse: end of the window (Unix ns)");
+  analyze->add_option(
+      "--shard", shard_text,
+      "with --clickhouse: only shard K of N of the jobs (K/N; jobs split by the nodes they span)");
   analyze
       ->add_option("--format", format,
                    "native, csv, or a capture of exporters' datagrams: ipfix (IPFIX/NetFlow v9) or sflow "
@@ -251,6 +261,23 @@ int Invocation::run() {
   auto ask = [&](json req) { return [&client, req](cli::CallError& err) { return client.call(req, err); }; };
   const uint64_t t = now_ns();
 
+  if (analyze->parsed() && input.empty() == clickhouse_url.empty()) {
+    std::cerr << "netprism: analyze: give --input or --clickhouse (see --help)\n";
+    return cli::kExitUsage;
+  }
+  if (analyze->parsed() && !clickhouse_url.empty()) {
+    if (!perfetto_file.empty() || !format.empty()) {
+      std::cerr << "netprism: analyze: --perfetto and --format go with --input (see --help)\n";
+      return cli::kExitUsage;
+    }
+    std::string err;
+    auto shard = cli::parse_shard(shard_text, err);
+    if (!shard) return cli::fail("netprism", err);
+    auto doc = cli::analyze_clickhouse(clickhouse_url, since, until, topology, *shard, err);
+    if (!doc) return cli::fail("netprism", err);
+    std::cout << (as_json ? doc->dump() + "\n" : cli::render_analysis(*doc));
+    return cli::kExitOk;
+  }
   if (analyze->parsed() && !perfetto_file.empty())
     return cli::analyze_to_perfetto(input, format, topology, perfetto_file, as_json, {since, until});
   if (analyze->parsed()) {

@@ -209,8 +209,12 @@ std::optional<nlohmann::json> analyze_file(const std::string& input, std::string
                                            const std::string& topology, std::string& err, TimeRange range) {
   auto r = analyze_recording(input, std::move(format), topology, err, range);
   if (!r) return std::nullopt;
+  return jobs_document(r->result);
+}
+
+nlohmann::json jobs_document(const analysis::Result& r) {
   auto jobs = nlohmann::json::array();
-  for (const auto& j : r->result.jobs) jobs.push_back(analysis::full(j));
+  for (const auto& j : r.jobs) jobs.push_back(analysis::full(j));
   return nlohmann::json{{"jobs", jobs}};
 }
 

@@ -33,6 +33,9 @@ std::optional<nlohmann::json> analyze_file(const std::string& input, std::string
                                            const std::string& topology, std::string& err,
                                            TimeRange range = {});
 
+// The `analyze` document of analysed jobs: {"jobs": [full job documents]}.
+nlohmann::json jobs_document(const analysis::Result& r);
+
 // The same, as analysed jobs plus the recording's "now" (its last event): for `report --input`.
 struct Analysed {
   analysis::Result result;

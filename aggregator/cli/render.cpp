@@ -144,6 +144,12 @@ std::string render_status(const json& doc, uint64_t now_ns) {
              u(*st, "failing_commits") + " in a row): " + st->value("last_error", std::string("?")) +
              "; nothing is acknowledged meanwhile, the agents keep their batches\n";
   }
+  if (auto ch = doc.find("clickhouse"); ch != doc.end()) {  // --clickhouse (docs/clickhouse.md)
+    out += "clickhouse: " + u(*ch, "sunk_batches") + " batches (" + u(*ch, "sunk_rows") + " rows) copied, " +
+           u(*ch, "pending_batches") + " pending, " + u(*ch, "errors") + " errors\n";
+    if (const auto e = ch->value("last_error", std::string()); !e.empty())
+      out += "clickhouse: FAILING: " + e + "; retrying, the store keeps the batches meanwhile\n";
+  }
   return out;
 }
 

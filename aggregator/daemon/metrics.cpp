@@ -83,6 +83,14 @@ void ingest_metrics(Builder& b, const json& st) {
   b.set("netprism_store_commit_failing", "1 while store commits fail (full disk, read-only data dir)",
         store.value("commit_failing", false) ? 1 : 0);
 
+  if (const json ch = st.value("clickhouse", json::object()); !ch.empty()) {  // --clickhouse only
+    b.total("netprism_clickhouse_batches_total", "batches copied into ClickHouse", num(ch, "sunk_batches"));
+    b.total("netprism_clickhouse_rows_total", "flowlet rows copied into ClickHouse", num(ch, "sunk_rows"));
+    b.total("netprism_clickhouse_errors_total", "failed ClickHouse rounds (retried)", num(ch, "errors"));
+    b.set("netprism_clickhouse_pending_batches", "stored batches not yet in ClickHouse",
+          num(ch, "pending_batches"));
+  }
+
   const json an = st.value("analysis", json::object());
   b.set("netprism_analysis_pass_seconds", "duration of the last live analysis pass",
         num(an, "took_ms") / 1e3);

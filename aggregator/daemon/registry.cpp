@@ -132,11 +132,21 @@ nlohmann::json Registry::status(uint64_t now_ns, uint64_t connected_timeout_ns) 
     store["failing_commits"] = c.failing_commits;
     store["last_error"] = c.last_commit_error;
   }
-  return {{"agents", agents},
-          {"records_total", total},
-          {"ingest", ingest},
-          {"store", std::move(store)},
-          {"now_ns", now_ns}};
+  nlohmann::json doc = {{"agents", agents},
+                        {"records_total", total},
+                        {"ingest", ingest},
+                        {"store", std::move(store)},
+                        {"now_ns", now_ns}};
+  if (const auto& ch = c.clickhouse; ch.enabled)
+    doc["clickhouse"] = {{"sunk_batches", ch.batches},
+                         {"sunk_rows", ch.rows},
+                         {"already_there", ch.already_there},
+                         {"pending_batches", ch.pending},
+                         {"errors", ch.errors},
+                         {"high_water_mark", ch.hwm},
+                         {"last_success_ns", ch.last_success_ns},
+                         {"last_error", ch.last_error}};
+  return doc;
 }
 
 std::string Registry::on_commit(bool ok, const std::string& error, std::size_t messages, uint64_t now_ns) {

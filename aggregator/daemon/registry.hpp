@@ -42,6 +42,15 @@ struct IngestCounters {
   uint64_t store_batches = 0;  // running totals of the store (counted once at start, then kept up to date)
   uint64_t store_bytes = 0;
   std::map<std::string, uint64_t> rejected_by_reason;  // bounded: see Registry::count_reject
+  // The ClickHouse sink (daemon/clickhouse_sink.hpp), with --clickhouse only.
+  struct ClickHouse {
+    bool enabled = false;
+    uint64_t batches = 0, rows = 0;  // sunk by this run
+    uint64_t already_there = 0;      // found in ClickHouse when re-checked after a failure (not re-inserted)
+    uint64_t pending = 0;            // committed batches not yet in ClickHouse
+    uint64_t errors = 0, hwm = 0, last_success_ns = 0;
+    std::string last_error;  // of the current failure streak; "" when the last attempt succeeded
+  } clickhouse;
 };
 
 class Registry {

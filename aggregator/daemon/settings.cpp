@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "netprism/cli.hpp"
+#include "clickhouse/http.hpp"
 #include "flowin/listener.hpp"
 #include "netprism/config.hpp"
 
@@ -43,7 +44,10 @@ void add_operator_options(CLI::App& app, Settings& s, config::Schema& schema, Fr
                         Str{"--http-token", "http.token_file", &s.http_token_file,
                             "file holding the bearer token the HTTP API requires"},
                         Str{"--tenants", "tenants_file", &s.tenants_file,
-                            "file of 'NODE_OR_IP TENANT [JOB_NAME]' lines (scheduler-written)"}}) {
+                            "file of 'NODE_OR_IP TENANT [JOB_NAME]' lines (scheduler-written)"},
+                        Str{"--clickhouse", "clickhouse.url", &s.clickhouse_url,
+                            "also store every acknowledged batch in ClickHouse: "
+                            "http://HOST:8123/?database=netprism[&cluster=NAME] (docs/clickhouse.md)"}}) {
     auto* opt = app.add_option(o.flag, *o.v, o.help);
     schema[o.key] = config::Type::kString;
     from_file.emplace_back(opt, [key = std::string(o.key), v = o.v](const config::Values& vals) {
@@ -51,6 +55,16 @@ void add_operator_options(CLI::App& app, Settings& s, config::Schema& schema, Fr
       return true;
     });
   }
+  auto* days = app.add_option("--clickhouse-retention-days", s.clickhouse_retention_days,
+                              "drop ClickHouse day partitions older than this many days (0: keep)")
+                   ->check(CLI::NonNegativeNumber);
+  schema["clickhouse.retention_days"] = config::Type::kInteger;
+  from_file.emplace_back(days, [v = &s.clickhouse_retention_days](const config::Values& vals) {
+    auto x = config::get<int64_t>(vals, "clickhouse.retention_days");
+    if (x && *x < 0) return false;
+    if (x) *v = *x;
+    return true;
+  });
   auto* hooks =
       app.add_option("--webhook", s.webhooks, "POST findings and job state changes here (repeatable)");
   schema["webhooks.urls"] = config::Type::kStringList;
@@ -169,6 +183,10 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
     return cli::kExitUsage;
   }
   if (!flow_listen_ok(s)) return cli::kExitUsage;
+  if (std::string err; !s.clickhouse_url.empty() && !clickhouse::parse_url(s.clickhouse_url, err)) {
+    std::cerr << "netprism-aggregator: --clickhouse: " << err << "\n";
+    return cli::kExitUsage;
+  }
   if (s.analysis_interval_ms == 0) s.analysis_interval_ms = 1;
   if (s.ingest_threads == 0)
     s.ingest_threads = std::clamp<int64_t>(static_cast<int64_t>(std::thread::hardware_concurrency()), 1, 4);

@@ -48,6 +48,9 @@ struct Settings {
   std::string http_token_file;
   // URLs that get a JSON POST on each new finding and job state change (webhooks.hpp).
   std::vector<std::string> webhooks;
+  // ClickHouse sink (clickhouse_sink.hpp): server URL ("": off) and day partitions kept (0: all).
+  std::string clickhouse_url;
+  int64_t clickhouse_retention_days = 0;
   // Scheduler-written node/address -> tenant and job name file (tenants.hpp); empty: no attribution.
   std::string tenants_file;
   // Switch telemetry collectors (flowin/listener.hpp): "ipfix://ADDR:PORT" / "sflow://ADDR:PORT", repeatable.

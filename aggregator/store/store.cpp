@@ -363,7 +363,7 @@ void Store::scan_batches(const std::optional<std::string>& node, uint64_t since,
 }
 
 std::vector<Store::RawRow> Store::raw_batches(int64_t after_id, uint64_t since, uint64_t until,
-                                              std::size_t max_bytes) {
+                                              std::size_t max_bytes, uint64_t max_records) {
   std::vector<RawRow> out;
   auto s = db_.prepare("SELECT id,node,epoch,seq,received_ns,first_ns,last_ns,records,raw_bytes,data," +
                        seg_cols() +
@@ -372,6 +372,7 @@ std::vector<Store::RawRow> Store::raw_batches(int64_t after_id, uint64_t since, 
       .bind(2, std::min<uint64_t>(since, std::numeric_limits<int64_t>::max()))
       .bind(3, std::min<uint64_t>(until, std::numeric_limits<int64_t>::max()));
   std::size_t total = 0;
+  uint64_t records = 0;
   std::string buf;
   CloseReaders close_readers{segs_};
   while (s.step()) {
@@ -389,8 +390,9 @@ std::vector<Store::RawRow> Store::raw_batches(int64_t after_id, uint64_t since, 
              static_cast<uint64_t>(s.i64(8)),
              std::string(*blob)};
     total += r.data.size();
+    records += r.records;
     out.push_back(std::move(r));
-    if (total >= max_bytes) break;
+    if (total >= max_bytes || (max_records > 0 && records >= max_records)) break;
   }
   return out;
 }

@@ -121,14 +121,16 @@ class Store {
   void scan_batches(const std::optional<std::string>& node, uint64_t since, uint64_t until,
                     const std::function<void(const Batch&, uint64_t received_ns)>& fn,
                     const std::function<void(const std::string&)>& on_error = {});
-  // Raw rows (for `netprism record`): id > after_id, at most max_bytes of payload (at least one row).
+  // Raw rows (for `netprism record`, the ClickHouse sink): id > after_id, at most max_bytes of payload and,
+  // when max_records > 0, at most max_records records (at least one row either way).
   struct RawRow {
     int64_t id;
     std::string node;
     uint64_t epoch, seq, received_ns, first_ns, last_ns, records, raw_bytes;
     std::string data;  // compressed
   };
-  std::vector<RawRow> raw_batches(int64_t after_id, uint64_t since, uint64_t until, std::size_t max_bytes);
+  std::vector<RawRow> raw_batches(int64_t after_id, uint64_t since, uint64_t until, std::size_t max_bytes,
+                                  uint64_t max_records = 0);
   void insert_raw(const RawRow& r);  // copy a row verbatim (recordings)
   void put_node_row(const NodeRow& n);
 

@@ -1,0 +1,184 @@
+#include "tables.hpp"
+
+#include <type_traits>
+
+namespace netprism::clickhouse {
+
+namespace {
+
+// Calls fn(name, clickhouse_type) for every flowlet field, in flowlet.h order.
+template <class Fn>
+void each_field_type(Fn&& fn) {
+  Flowlet probe{};
+  for_each_flowlet_field([&](auto info, auto get) {
+    using T = std::remove_cvref_t<decltype(get(probe))>;
+    if constexpr (decltype(info)::kind == FieldKind::kAddr) {
+      fn(decltype(info)::name, std::string("FixedString(") + std::to_string(sizeof(T)) + ")");
+    } else if constexpr (decltype(info)::kind == FieldKind::kVec) {
+      fn(decltype(info)::name, "Array(UInt" + std::to_string(8 * sizeof(std::remove_extent_t<T>)) + ")");
+    } else {
+      fn(decltype(info)::name, "UInt" + std::to_string(8 * sizeof(T)));
+    }
+  });
+}
+
+struct TableDef {
+  const char* name;
+  std::string columns;
+  std::string engine;  // ENGINE = ... with its keys
+  const char* shard_key;
+};
+
+std::vector<TableDef> tables() {
+  std::string flow = "node String, epoch UInt64, seq UInt64, idx UInt32, received_ns UInt64";
+  each_field_type([&](const char* n, const std::string& t) { flow += std::string(", ") + n + " " + t; });
+  return {
+      {"flowlets", flow,
+       "ReplacingMergeTree() PARTITION BY intDiv(first_ns, 86400000000000) "
+       "ORDER BY (node, first_ns, epoch, seq, idx)",
+       "cityHash64(node)"},
+      {"nodes", "node String, epoch UInt64, registered_ns UInt64, addrs Array(String), aggregator String",
+       "ReplacingMergeTree(registered_ns) ORDER BY node", "cityHash64(node)"},
+      {"own_ports", "aggregator String, port UInt16", "ReplacingMergeTree() ORDER BY (aggregator, port)",
+       "cityHash64(aggregator)"},
+  };
+}
+
+}  // namespace
+
+std::string table(const Url& url, std::string_view name) {
+  return url.database + "." + std::string(name);
+}
+
+std::string local_table(const Url& url, std::string_view name) {
+  return table(url, name) + (url.cluster.empty() ? "" : "_local");
+}
+
+std::vector<std::string> schema_ddl(const Url& url) {
+  std::vector<std::string> out{"CREATE DATABASE IF NOT EXISTS " + url.database};
+  for (const auto& t : tables()) {
+    out.push_back("CREATE TABLE IF NOT EXISTS " + local_table(url, t.name) + " (" + t.columns +
+                  ") ENGINE = " + t.engine);
+    if (!url.cluster.empty())
+      out.push_back("CREATE TABLE IF NOT EXISTS " + table(url, t.name) + " AS " + local_table(url, t.name) +
+                    " ENGINE = Distributed(" + url.cluster + ", " + url.database + ", " + t.name +
+                    "_local, " + t.shard_key + ")");
+  }
+  return out;
+}
+
+std::string flowlet_columns() {
+  std::string out;
+  each_field_type(
+      [&](const char* n, const std::string&) { out += (out.empty() ? "" : ", ") + std::string(n); });
+  return out;
+}
+
+void append_flowlet_rows(const Batch& b, uint64_t received_ns, std::string& out) {
+  RowWriter w(out);
+  uint32_t idx = 0;
+  for (const auto& f : b.flowlets) {
+    w.string(b.node);
+    w.uint(b.epoch);
+    w.uint(b.seq);
+    w.uint(idx++);
+    w.uint(received_ns);
+    for_each_flowlet_field([&](auto info, auto get) {
+      const auto& v = get(f);
+      if constexpr (decltype(info)::kind == FieldKind::kAddr) {
+        w.fixed(v, sizeof v);
+      } else if constexpr (decltype(info)::kind == FieldKind::kVec) {
+        w.varint(std::extent_v<std::remove_cvref_t<decltype(v)>>);
+        for (auto x : v) w.uint(x);
+      } else {
+        w.uint(v);
+      }
+    });
+  }
+}
+
+namespace {
+// The flowlets of the block's batches in order, with their batch: fn(batch, idx, flowlet).
+template <class Fn>
+void each_row(const std::vector<StoredBatch>& batches, Fn&& fn) {
+  for (const auto& sb : batches)
+    for (uint32_t i = 0; i < sb.batch->flowlets.size(); ++i) fn(sb, i, sb.batch->flowlets[i]);
+}
+}  // namespace
+
+void append_flowlet_block(const std::vector<StoredBatch>& batches, std::string& out) {
+  std::size_t rows = 0;
+  for (const auto& sb : batches) rows += sb.batch->flowlets.size();
+  RowWriter w(out);
+  w.varint(5 + kFlowletFields);
+  w.varint(rows);
+  auto column = [&](std::string_view name, std::string_view type) {
+    w.string(name);
+    w.string(type);
+  };
+  column("node", "String");
+  each_row(batches, [&](const StoredBatch& sb, uint32_t, const Flowlet&) { w.string(sb.batch->node); });
+  column("epoch", "UInt64");
+  each_row(batches, [&](const StoredBatch& sb, uint32_t, const Flowlet&) { w.uint(sb.batch->epoch); });
+  column("seq", "UInt64");
+  each_row(batches, [&](const StoredBatch& sb, uint32_t, const Flowlet&) { w.uint(sb.batch->seq); });
+  column("idx", "UInt32");
+  each_row(batches, [&](const StoredBatch&, uint32_t i, const Flowlet&) { w.uint(i); });
+  column("received_ns", "UInt64");
+  each_row(batches, [&](const StoredBatch& sb, uint32_t, const Flowlet&) { w.uint(sb.received_ns); });
+  std::vector<std::string> types;
+  each_field_type([&](const char*, const std::string& t) { types.push_back(t); });
+  std::size_t field = 0;
+  for_each_flowlet_field([&](auto info, auto get) {
+    column(decltype(info)::name, types[field++]);
+    if constexpr (decltype(info)::kind == FieldKind::kVec) {
+      using T = std::remove_cvref_t<decltype(get(std::declval<const Flowlet&>()))>;
+      for (uint64_t end = 0, r = 0; r < rows; ++r) w.uint(end += std::extent_v<T>);
+      each_row(batches, [&](const StoredBatch&, uint32_t, const Flowlet& f) {
+        for (auto x : get(f)) w.uint(x);
+      });
+    } else if constexpr (decltype(info)::kind == FieldKind::kAddr) {
+      each_row(batches,
+               [&](const StoredBatch&, uint32_t, const Flowlet& f) { w.fixed(get(f), sizeof get(f)); });
+    } else {
+      each_row(batches, [&](const StoredBatch&, uint32_t, const Flowlet& f) { w.uint(get(f)); });
+    }
+  });
+}
+
+bool read_flowlet_row(RowReader& r, FlowletRow& row) {
+  if (r.at_end()) return false;
+  row.node = r.string();
+  row.epoch = r.uint<uint64_t>();
+  row.seq = r.uint<uint64_t>();
+  row.idx = r.uint<uint32_t>();
+  row.received_ns = r.uint<uint64_t>();
+  row.f = Flowlet{};
+  for_each_flowlet_field([&](auto info, auto get) {
+    auto& v = get(row.f);
+    using T = std::remove_cvref_t<decltype(v)>;
+    if constexpr (decltype(info)::kind == FieldKind::kAddr) {
+      r.fixed(v, sizeof v);
+    } else if constexpr (decltype(info)::kind == FieldKind::kVec) {
+      const uint64_t n = r.varint();
+      for (uint64_t i = 0; i < n; ++i) {
+        auto x = r.uint<std::remove_extent_t<T>>();
+        if (i < std::extent_v<T>) v[i] = x;
+      }
+    } else {
+      v = r.uint<T>();
+    }
+  });
+  return r.ok();
+}
+
+std::string sql_quote(std::string_view text) {
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\'' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "'";
+}
+
+}  // namespace netprism::clickhouse

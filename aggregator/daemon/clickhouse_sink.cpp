@@ -1,0 +1,320 @@
+#include "clickhouse_sink.hpp"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "batch_codec.hpp"
+#include "clickhouse/tables.hpp"
+#include "log.hpp"
+
+namespace netprism::daemon {
+
+namespace {
+// A page of batches per insert: up to 100,000 flowlets (~14 MB as a Native block; clickhouse-server holds
+// the block and its sorted copy, well inside its default memory limit) or 2 MiB of compressed batches.
+// Bounded by records and not only by bytes: a batch of repetitive flowlets compresses to almost nothing
+// (netprism-sim's ~0.04 B per record), and 2 MiB of those, 50 M rows, made the insert exceed the server's
+// memory limit. ClickHouse wants few large inserts (each one is a part to merge); 200 ms polls of a busy
+// aggregator fill a page in a fraction of that.
+constexpr std::size_t kPageBytes = 2u << 20;
+constexpr uint64_t kPageRecords = 100'000;
+// Tuples per "which of these are there" query: ~50 bytes each, far below max_query_size (256 KiB).
+constexpr std::size_t kCheckChunk = 1000;
+constexpr uint64_t kDayNs = 86'400'000'000'000ull;
+
+std::map<std::string, std::string> insert_settings(const clickhouse::Url& u) {
+  if (u.cluster.empty()) return {};
+  return {{"insert_distributed_sync", "1"}};  // success = on the shards, so present() sees it
+}
+
+clickhouse::Url url_of(const std::string& text) {
+  std::string err;
+  auto u = clickhouse::parse_url(text, err);
+  if (!u) throw std::runtime_error("--clickhouse: " + err);  // parse_settings checked it already
+  return *u;
+}
+
+// Sleeps up to d, waking early on stop.
+void nap(std::stop_token st, std::chrono::milliseconds d) {
+  std::mutex m;
+  std::condition_variable_any cv;
+  std::unique_lock lk(m);
+  cv.wait_for(lk, st, d, [] { return false; });
+}
+}  // namespace
+
+ClickHouseSink::ClickHouseSink(const Settings& s, Registry& reg, store::OwnTraffic own)
+    : s_(s),
+      reg_(reg),
+      own_(std::move(own)),
+      server_(url_of(s.clickhouse_url)),
+      mark_path_(s.data_dir + "/clickhouse.hwm") {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  aggregator_ = std::string(host) + ":" + s.data_dir + ":" + s.listen;
+  mark_ = load_mark(mark_path_);
+  reg_.with_counters([&](IngestCounters& c) {
+    c.clickhouse.enabled = true;
+    c.clickhouse.hwm = mark_;
+  });
+}
+
+uint64_t ClickHouseSink::load_mark(const std::string& path) {
+  std::ifstream in(path);
+  uint64_t id = 0;
+  return in >> id ? id : 0;
+}
+
+bool ClickHouseSink::save_mark(const std::string& path, uint64_t id, std::string& err) {
+  const std::string tmp = path + ".tmp", text = std::to_string(id) + "\n";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+            ::fsync(fd) == 0;
+  if (fd >= 0) ok = ::close(fd) == 0 && ok;
+  ok = ok && std::rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok) err = "cannot write " + path;
+  return ok;
+}
+
+void ClickHouseSink::run(std::stop_token st) {
+  ::pthread_setname_np(::pthread_self(), "np-clickhouse");
+  std::optional<store::Store> store;
+  std::chrono::milliseconds backoff{0};
+  while (!st.stop_requested()) {
+    std::string err;
+    bool moved = false, ok = false;
+    try {
+      if (!store) store.emplace(s_.data_dir, store::Db::Mode::kReadOnly);
+      ok = round(*store, moved, err);
+    } catch (const std::exception& e) {  // the store's reads (a corrupt row, a vanished segment)
+      err = std::string("reading the store: ") + e.what();
+      store.reset();
+    }
+    if (ok) {
+      backoff = std::chrono::milliseconds(0);
+      if (!moved) nap(st, std::chrono::milliseconds(200));
+      continue;
+    }
+    on_failure(err);
+    backoff = std::clamp(backoff * 2, std::chrono::milliseconds(250), std::chrono::milliseconds(10'000));
+    nap(st, backoff);
+  }
+}
+
+void ClickHouseSink::on_failure(const std::string& err) {
+  verify_ = true;  // what failed may have landed: ask before inserting again
+  if (!failing_)
+    log_at(Level::kWarning, "clickhouse: " + err + " (retrying with backoff; the store buffers)");
+  failing_ = true;
+  reg_.with_counters([&](IngestCounters& c) {
+    c.clickhouse.errors++;
+    c.clickhouse.last_error = err;
+  });
+}
+
+bool ClickHouseSink::round(store::Store& st, bool& moved, std::string& err) {
+  if (!ensure_schema(err) || !sync_nodes(st, err) || !sink_page(st, moved, err)) return false;
+  if (failing_) log_line("clickhouse: " + server_.url().base + " reachable again");
+  failing_ = false;
+  drop_old_partitions();
+  return true;
+}
+
+bool ClickHouseSink::ensure_schema(std::string& err) {
+  if (schema_ready_) return true;
+  for (const auto& ddl : clickhouse::schema_ddl(server_.url()))
+    if (!server_.query(ddl, err)) return false;
+  std::string rows;
+  clickhouse::RowWriter w(rows);
+  for (uint16_t p : own_.ports) {
+    w.string(aggregator_);
+    w.uint(p);
+  }
+  if (!rows.empty() && !server_.insert(clickhouse::table(server_.url(), "own_ports"), rows, err,
+                                       insert_settings(server_.url())))
+    return false;
+  schema_ready_ = true;
+  log_line("clickhouse: storing batches in " + server_.url().base + " " +
+           clickhouse::table(server_.url(), "flowlets") + " from batch id " + std::to_string(mark_ + 1));
+  return true;
+}
+
+bool ClickHouseSink::sync_nodes(store::Store& st, std::string& err) {
+  std::string rows;
+  clickhouse::RowWriter w(rows);
+  std::map<std::string, uint64_t> sent;
+  for (const auto& n : st.nodes()) {
+    auto it = nodes_sent_.find(n.node);
+    if (it != nodes_sent_.end() && it->second == n.registered_ns) continue;
+    w.string(n.node);
+    w.uint(n.epoch);
+    w.uint(n.registered_ns);
+    std::size_t addrs = 0;
+    for (const auto& i : n.hello.interfaces) addrs += i.addrs.size();
+    w.varint(addrs);
+    for (const auto& i : n.hello.interfaces)
+      for (const auto& a : i.addrs) w.string(a);
+    w.string(aggregator_);
+    sent[n.node] = n.registered_ns;
+  }
+  if (sent.empty()) return true;
+  if (!server_.insert(clickhouse::table(server_.url(), "nodes"), rows, err, insert_settings(server_.url())))
+    return false;
+  for (auto& [n, t] : sent) nodes_sent_[n] = t;
+  return true;
+}
+
+bool ClickHouseSink::sink_page(store::Store& st, bool& moved, std::string& err) {
+  const auto raw = st.raw_batches(static_cast<int64_t>(mark_), 0, std::numeric_limits<uint64_t>::max(),
+                                  kPageBytes, kPageRecords);
+  // Batch ids after the mark: ids are consecutive but for retention's deletions at the old end, and the
+  // largest id is one b-tree lookup where counting the rows would read the whole backlog every round.
+  auto last = st.db().prepare("SELECT max(id) FROM batches");
+  const uint64_t newest = last.step() ? static_cast<uint64_t>(last.i64(0)) : 0;
+  const uint64_t pending = newest > mark_ ? newest - mark_ : 0;
+  reg_.with_counters([&](IngestCounters& c) { c.clickhouse.pending = pending; });
+  if (raw.empty()) return true;
+  std::vector<Batch> page;
+  std::vector<uint64_t> received;
+  for (const auto& r : raw) {
+    std::string e;
+    auto b = store::decompress_stored(r.data, e);
+    if (!b) {  // it can never be sunk; offline readers of the store report it too
+      log_at(Level::kError,
+             "clickhouse: batch " + std::to_string(r.id) + " of " + r.node + " unreadable: " + e);
+      continue;
+    }
+    b->node = r.node;
+    b->epoch = r.epoch;
+    b->seq = r.seq;
+    page.push_back(std::move(*b));
+    received.push_back(r.received_ns);
+  }
+  std::set<Key> there;
+  if (verify_) {
+    auto p = present(page, err);
+    if (!p) return false;
+    there = std::move(*p);
+  }
+  std::vector<clickhouse::StoredBatch> fresh;
+  uint64_t flowlets = 0;
+  for (std::size_t i = 0; i < page.size(); ++i) {
+    if (page[i].flowlets.empty() || there.count({page[i].node, page[i].epoch, page[i].seq})) continue;
+    fresh.push_back({&page[i], received[i]});
+    flowlets += page[i].flowlets.size();
+  }
+  const uint64_t batches = fresh.size();
+  if (!fresh.empty()) {
+    std::string block;
+    clickhouse::append_flowlet_block(fresh, block);
+    if (!server_.insert(clickhouse::table(server_.url(), "flowlets"), block, err,
+                        insert_settings(server_.url()), "Native"))
+      return false;
+  }
+  if (!save_mark(mark_path_, static_cast<uint64_t>(raw.back().id), err)) return false;
+  mark_ = static_cast<uint64_t>(raw.back().id);
+  // Keep asking while pages turn out to be there already: a crash or a failure leaves at most one page in
+  // ClickHouse beyond the mark, but a mark file lost or restored from a backup can lag by any number.
+  verify_ = !there.empty();
+  moved = true;
+  reg_.with_counters([&](IngestCounters& c) {
+    auto& ch = c.clickhouse;
+    ch.batches += batches;
+    ch.rows += flowlets;
+    ch.already_there += there.size();
+    ch.pending = pending - std::min<uint64_t>(pending, raw.size());
+    ch.hwm = mark_;
+    ch.last_success_ns = now_unix_ns();
+    ch.last_error.clear();
+  });
+  return true;
+}
+
+std::optional<std::set<ClickHouseSink::Key>> ClickHouseSink::present(const std::vector<Batch>& page,
+                                                                     std::string& err) {
+  std::set<Key> out;
+  for (std::size_t at = 0; at < page.size(); at += kCheckChunk) {
+    std::set<std::string> nodes;
+    std::string tuples;
+    uint64_t lo = std::numeric_limits<uint64_t>::max(), hi = 0;
+    for (std::size_t i = at; i < std::min(page.size(), at + kCheckChunk); ++i) {
+      const Batch& b = page[i];
+      if (b.flowlets.empty()) continue;  // no rows: nothing to insert twice
+      nodes.insert(clickhouse::sql_quote(b.node));
+      tuples += (tuples.empty() ? "(" : ",(") + clickhouse::sql_quote(b.node) + "," +
+                std::to_string(b.epoch) + "," + std::to_string(b.seq) + ")";
+      for (const auto& f : b.flowlets) {
+        lo = std::min<uint64_t>(lo, f.first_ns);
+        hi = std::max<uint64_t>(hi, f.first_ns);
+      }
+    }
+    if (tuples.empty()) continue;
+    std::string in;
+    for (const auto& n : nodes) in += (in.empty() ? "" : ",") + n;
+    const std::string sql = "SELECT node, epoch, seq FROM " + clickhouse::table(server_.url(), "flowlets") +
+                            " WHERE node IN (" + in + ") AND first_ns >= " + std::to_string(lo) +
+                            " AND first_ns <= " + std::to_string(hi) + " AND (node, epoch, seq) IN (" +
+                            tuples + ") GROUP BY node, epoch, seq FORMAT RowBinary";
+    auto reply = server_.query(sql, err);
+    if (!reply) return std::nullopt;
+    clickhouse::RowReader r(*reply);
+    while (!r.at_end() && r.ok()) {
+      std::string node(r.string());
+      uint64_t epoch = r.uint<uint64_t>(), seq = r.uint<uint64_t>();
+      if (r.ok()) out.insert({std::move(node), epoch, seq});
+    }
+    if (!r.ok()) {
+      err = "malformed reply to the duplicate check";
+      return std::nullopt;
+    }
+  }
+  return out;
+}
+
+// Retention (ClickHouse 18.16 has no TTL): whole UTC days older than clickhouse_retention_days, on the server
+// the URL names (with a cluster: its shard's local table), checked once an hour. Failures only wait for the
+// next hour: retention must never hold up the sink.
+void ClickHouseSink::drop_old_partitions() {
+  const uint64_t now = now_unix_ns();
+  if (s_.clickhouse_retention_days <= 0 || now < next_retention_ns_) return;
+  next_retention_ns_ = now + 3'600'000'000'000ull;
+  const auto days = static_cast<uint64_t>(s_.clickhouse_retention_days);
+  if (now / kDayNs < days) return;
+  const uint64_t first_kept = now / kDayNs - days;
+  const auto local = clickhouse::local_table(server_.url(), "flowlets");
+  const std::string name = local.substr(local.find('.') + 1);
+  std::string err;
+  auto parts = server_.query("SELECT DISTINCT partition FROM system.parts WHERE active AND database = " +
+                                 clickhouse::sql_quote(server_.url().database) +
+                                 " AND table = " + clickhouse::sql_quote(name) + " FORMAT TabSeparated",
+                             err);
+  if (!parts) return;
+  std::istringstream lines(*parts);
+  for (std::string p; std::getline(lines, p);) {
+    uint64_t day = 0;
+    try {
+      day = std::stoull(p);
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (day >= first_kept) continue;
+    if (server_.query("ALTER TABLE " + local + " DROP PARTITION " + std::to_string(day), err))
+      log_line("clickhouse: retention dropped day partition " + std::to_string(day) + " of " + local);
+    else
+      log_at(Level::kWarning, "clickhouse: retention: " + err);
+  }
+}
+
+}  // namespace netprism::daemon
