@@ -161,8 +161,6 @@ void Invocation::define() {
                                      "analyse what every aggregator stored in ClickHouse instead: "
                                      "http://HOST:8123/?database=netprism[&cluster=NAME]");
   in_opt->excludes(ch_opt);
-  analyze->add_option("--since", since, "with --clickhouse: start of the window (Unix ns)");
-  analyze->add_option("--until", until, "with --clickhouse: end of the window (Unix ns)");
   analyze->add_option(
       "--shard", shard_text,
       "with --clickhouse: only shard K of N of the jobs (K/N; jobs split by the nodes they span)");
@@ -173,8 +171,8 @@ void Invocation::define() {
       ->check(CLI::IsMember({"native", "csv", "ipfix", "sflow"}));
   analyze->add_option("--topology", topology, "file of 'IP NODE' lines");
   analyze->add_option("--perfetto", perfetto_file, "also write every job's Chrome/Perfetto trace here");
-  analyze->add_option("--since", since, "only records from this time on (Unix ns)");
-  analyze->add_option("--until", until, "only records up to this time (Unix ns)");
+  analyze->add_option("--since", since, "only records from this time on (Unix ns; also with --clickhouse)");
+  analyze->add_option("--until", until, "only records up to this time (Unix ns; also with --clickhouse)");
 
   rep = app.add_subcommand(
       "report", "fleet view: per job its nodes, hours observed, iterations, step time, time lost, faults");
