@@ -77,9 +77,9 @@ TEST(AnalysisDiagnosis, BenignPauseOfEveryRankIsNoStragglerNorSlowLink) {
   Job j = run(s);
   EXPECT_TRUE(of_kind(j, "straggler").empty());
   EXPECT_TRUE(of_kind(j, "slow_link").empty());
-  auto slow = of_kind(j, "slow_iteration");
-  ASSERT_EQ(slow.size(), 1u);
-  EXPECT_EQ(slow[0].first_iteration, 5);
+  // The pause is idle time of the whole job (no transfer, no synchronisation under way): not counted.
+  EXPECT_TRUE(of_kind(j, "slow_iteration").empty());
+  EXPECT_TRUE(j.findings.empty());
 }
 
 namespace {
