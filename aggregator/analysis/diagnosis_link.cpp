@@ -17,13 +17,14 @@ namespace netprism::analysis::diagnosis_steps {
 namespace {
 
 // An iteration is degraded for a direction when its rate is below 0.7 of its comparable links' median and
-// further below it than the job's own rate noise allows: exp(-3 sigma), sigma the robust iteration-to-iteration
-// spread of the job's log rate ratios (kMadToSigma x MAD of consecutive differences / sqrt 2; a lasting fault
-// moves a direction's ratio once, at its onset, so it barely widens sigma, while a host whose transfers are
-// paced by its CPU rather than its links scatters them in every iteration). A slow link is degraded in
-// kLinkPersist = 4 consecutive measured iterations, and is reported after the 4th (the detection delay).
-// Measured over the alarms campaign's 44 fresh testbed runs and the 18 kept samples (tests/e2e/alarms.py;
-// docs/analysis.md, "Diagnosis"), as the weakest ratio of the consecutive iterations a finding needs:
+// further below it than the job's own rate noise allows: exp(-3 sigma), sigma the robust
+// iteration-to-iteration spread of the job's log rate ratios (kMadToSigma x MAD of consecutive differences /
+// sqrt 2; a lasting fault moves a direction's ratio once, at its onset, so it barely widens sigma, while a
+// host whose transfers are paced by its CPU rather than its links scatters them in every iteration). A slow
+// link is degraded in kLinkPersist = 4 consecutive measured iterations, and is reported after the 4th (the
+// detection delay). Measured over the alarms campaign's 44 fresh testbed runs and the 18 kept samples
+// (tests/e2e/alarms.py; docs/analysis.md, "Diagnosis"), as the weakest ratio of the consecutive iterations a
+// finding needs:
 // - healthy and benign runs, 3 iterations: z = -3.02 at worst (ratio 0.50, sigma 0.23: the unshaped veths of
 //   the OpenMPI DP4 sample, whose rates follow the CPU); 4 iterations: -2.19 at worst.
 // - a host link at half its peers' line rate, 4 iterations: z = -3.9 to -4.6 where the only comparable links
