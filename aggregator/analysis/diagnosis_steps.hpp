@@ -29,12 +29,12 @@ inline std::string ms(double ns) {
   return fmt("%.1f ms", ns / 1e6);
 }
 
-// First run of `kPersist` consecutive true values; -1 when none.
-inline int first_run(const std::vector<char>& flags) {
+// First run of `k` consecutive true values; -1 when none.
+inline int first_run(const std::vector<char>& flags, size_t k = kPersist) {
   size_t run = 0;
   for (size_t i = 0; i < flags.size(); ++i) {
     run = flags[i] ? run + 1 : 0;
-    if (run >= kPersist) return static_cast<int>(i + 1 - kPersist);
+    if (run >= k) return static_cast<int>(i + 1 - k);
   }
   return -1;
 }

@@ -27,7 +27,18 @@ constexpr double kStragglerExcess = 0.10;
 // after its peers in every one (by chance 1 in 2^5 = 32 for a pair of equals, and the median lateness must
 // still reach the 10 % threshold, which a chance run of small leads does not).
 constexpr size_t kSignWindow = 5;
+// The lateness threshold rises above 10 % of a step where the job's own join noise is larger: kLateZ = 2
+// sigma (change_sigma of every pipeline's lateness). Measured: sigma stayed under 37 ms in every kept sample
+// and alarms campaign run but one, a healthy DP2 x PP2 GPipe run beside 3 CPU burners (sigma 74 ms) whose
+// second replica joined 57-184 ms late in 7 consecutive iterations: a lateness the CPU made, which the
+// network cannot tell from a slow GPU, above 10 % of its 636 ms step but under its 149 ms (2 sigma). The 1.3x
+// straggler recorded under load (straggler_loaded) is late by a median 99.8 ms against its 65.9 ms (2 sigma).
 constexpr double kLateZ = 2.0;
+// A pipeline without replicas has no peer to be compared with in the same iteration, only its own earlier
+// steps, which a stretch of the whole job moves too: host contention that comes and goes made a healthy PP4
+// run's steps +18 % in 3 consecutive iterations (load average 24 on the 2 cores), with a compute-span reading
+// of its first stage of x1.70 (its inputs timed at their senders, the wake-up delay counted as compute). So
+// there the step excess must last kSignWindow (5) iterations: the detection delay of a single pipeline.
 
 // unit[i][k]: the median compute span of node job.nodes[k] in iteration i: over its pipeline sends, the
 // time since its previous send or, when it received something after that send, since the first such
@@ -341,7 +352,7 @@ void straggler_findings(const Normalized& n, const JobSlice& job, const Structur
   }
   flag_persistently_late(L, iters, L.threshold);
   for (size_t c = 0; c < ch.chains.size(); ++c) {
-    int first = first_run(L.flag[c]);
+    int first = first_run(L.flag[c], s.dp_groups.empty() ? kSignWindow : kPersist);
     if (first < 0) continue;
     std::vector<double> ratio = compute_growth(ch, c, unit, L.flag[c], first);
     size_t st = slowest_stage(ratio);
