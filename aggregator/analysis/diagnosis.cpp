@@ -11,7 +11,6 @@
 
 namespace netprism::analysis {
 
-using diagnosis_steps::first_run;
 using diagnosis_steps::fmt;
 using diagnosis_steps::kPersist;
 using diagnosis_steps::kWarmup;
@@ -19,22 +18,6 @@ using diagnosis_steps::ms;
 
 namespace {
 
-// slow_iteration: robust z-score with k = 5 on median/MAD (1.4826 MAD estimates sigma for Gaussian noise;
-// k = 5 gives ~3e-7 false alarms per healthy iteration) and at least 50 % above the median: a steady job's
-// sub-percent MAD would otherwise turn a 2 % wobble into a finding, and on shared hosts a healthy step
-// stretches by a third from scheduling alone (measured on the testbed: +37 % once in a healthy PP4 run), so
-// "far above its baseline" starts at 1.5x.
-constexpr double kSlowIterK = 5.0;
-constexpr double kSlowIterMinExcess = 0.5;
-// slow_link: median transfer rate below a third of the median of comparable links (same role in the same
-// job), over transfers of at least 64 KiB (smaller ones are dominated by latency, not rate). Measured on the
-// testbed's live runs (30 kept runs, 2 loaded cores): a healthy DP link's median rate reaches 0.48-0.50 of
-// its role's median when its receiver's ranks are short of CPU (flow control stretches the arrivals), and a
-// CI run reported that as a slow link under the earlier threshold of one half; the shaped links of the
-// slow-link runs read 0.015-0.025. A third keeps 1.5x margin below the healthy spread and still reports any
-// link running at a third of its peers' rate or worse.
-constexpr double kSlowLinkRatio = 1.0 / 3.0;
-constexpr uint64_t kRateMinBytes = 64 * 1024;
 // Hang: silence of max(2 steps, 1.5 s). The last traffic trails the hang's start by up to one step (peers
 // finish what they can), so reporting 2 steps after the last traffic stays within the required
 // max(3 steps, 2 s) + 2 s of the hang's start, with a second left for the daemon's refresh period; a
@@ -44,164 +27,6 @@ constexpr uint64_t kHangMinNs = 1'500'000'000;
 // A job whose connections were closed (FIN/RST) on at least half of them has ended: a normal exit closes
 // all, a crash of one rank resets at least its own and its peers then exit.
 constexpr double kEndedShare = 0.5;
-
-// Each run of iterations above the threshold (from kWarmup on) is one slow_iteration finding.
-void slow_iteration_findings(const std::vector<Iteration>& its, const std::string& job_id,
-                             std::vector<Finding>& out) {
-  size_t iters = its.size();
-  std::vector<double> d;
-  for (size_t i = kWarmup; i < iters; ++i) d.push_back(static_cast<double>(its[i].duration_ns));
-  double med = median(d), sig = robust_sigma(d, med);
-  double thr = med + std::max(kSlowIterK * sig, kSlowIterMinExcess * med);
-  for (size_t i = kWarmup; i < iters;) {
-    if (static_cast<double>(its[i].duration_ns) <= thr) {
-      ++i;
-      continue;
-    }
-    size_t j = i;
-    double worst = 0;
-    while (j<iters&& static_cast<double>(its[j].duration_ns)> thr)
-      worst = std::max(worst, static_cast<double>(its[j++].duration_ns));
-    Finding f;
-    f.kind = "slow_iteration";
-    f.subject = job_id;
-    f.first_iteration = static_cast<int>(i);
-    f.start_ns = its[i].start_ns;
-    f.severity = worst / med;
-    f.evidence = "iterations " + std::to_string(i) + "-" + std::to_string(j - 1) + ": longest " + ms(worst) +
-                 " vs median " + ms(med) + " (MAD sigma " + ms(sig) + "; threshold " + ms(thr) +
-                 " = median + max(5 sigma, 50 %))";
-    out.push_back(std::move(f));
-    i = j;
-  }
-}
-
-// Each direction's transfers in the view its rate is read from. A direction's rate is read from the
-// receiver's view where its agent saw the data arrive: on a shaped or congested link the sender's data
-// leaves as fast as its congestion window allows and queues on the way, so its departures come in quick
-// bursts while the arrivals trickle in at the link's rate. Without arrivals (CSV imports, a receiver
-// without an agent) the sender's view is all there is. In time order per direction (each view's list is).
-uint64_t direction_key(const Xfer& x) {
-  return uint64_t{x.src} << 32 | x.dst;
-}
-std::vector<const Xfer*> rated_transfers(const JobSlice& job) {
-  std::unordered_set<uint64_t> arriving;
-  for (const Xfer& x : job.arrivals) arriving.insert(direction_key(x));
-  std::vector<const Xfer*> rated;
-  for (const auto* list : {&job.arrivals, &job.xfers})
-    for (const Xfer& x : *list)
-      if ((list == &job.arrivals) == (arriving.count(direction_key(x)) > 0)) rated.push_back(&x);
-  return rated;
-}
-
-bool rated(const Xfer& x) {
-  return x.bytes >= kRateMinBytes && x.t1 > x.t0;
-}
-double rate(const Xfer& x) {
-  return static_cast<double>(x.bytes) / static_cast<double>(x.t1 - x.t0);
-}
-
-// Per direction (in node order): its role and median rate; per role: the links' median rates.
-using Direction = std::pair<uint32_t, uint32_t>;
-struct Link {
-  EdgeRole role = EdgeRole::dp;
-  double median_rate = 0;
-};
-struct LinkRates {
-  std::map<Direction, Link> links;
-  std::map<EdgeRole, std::vector<double>> by_role;
-  std::map<EdgeRole, double> role_median;  // once per role, not once per link (quadratic on large jobs)
-};
-// Rates gathered through a hash index (a tree lookup per transfer costs a log factor on large jobs), then
-// moved into an ordered map so findings come out in a fixed order.
-LinkRates link_rates(const std::vector<const Xfer*>& transfers, const Structure& s) {
-  struct Gathered {
-    std::vector<double> rates;
-    EdgeRole role = EdgeRole::dp;
-  };
-  std::unordered_map<uint64_t, Gathered> by_key;
-  for (const Xfer* x : transfers) {
-    if (!rated(*x)) continue;
-    Gathered& l = by_key[direction_key(*x)];
-    l.role = s.stage_of[x->src] == s.stage_of[x->dst] ? EdgeRole::dp : EdgeRole::pp;
-    l.rates.push_back(rate(*x));
-  }
-  std::map<Direction, Gathered> ordered;
-  for (auto& [k, l] : by_key)
-    ordered.emplace(std::make_pair(static_cast<uint32_t>(k >> 32), static_cast<uint32_t>(k)), std::move(l));
-  LinkRates lr;
-  for (auto& [k, l] : ordered) {
-    Link& link = lr.links[k];
-    link.role = l.role;
-    link.median_rate = median(l.rates);
-    lr.by_role[l.role].push_back(link.median_rate);
-  }
-  for (auto& [role, rates] : lr.by_role) lr.role_median[role] = median(rates);
-  return lr;
-}
-
-// When a slow direction began: the first run of kPersist transfers in the degraded regime (its first
-// transfer when there is none). The regime boundary is the geometric middle between the link's own median
-// rate and the comparable links' (capped at the detection threshold): healthy transfers of a few hundred
-// KiB scatter well below the median rate (latency, window growth; measured on the testbed: down to a fifth
-// of it), so half the reference would date a fault several iterations before it began.
-uint64_t slow_link_onset(const std::vector<const Xfer*>& own, double med_rate, double ref) {
-  double onset = std::min(kSlowLinkRatio * ref, std::sqrt(med_rate * ref));
-  std::vector<char> flags;
-  std::vector<uint64_t> times;
-  for (const Xfer* x : own)
-    if (rated(*x)) {
-      flags.push_back(rate(*x) < onset);
-      times.push_back(x->t0);
-    }
-  int fr = first_run(flags);
-  return fr >= 0 ? times[static_cast<size_t>(fr)] : times.front();
-}
-
-// What-if: the extra transfer time at the comparable rate, removed from the step.
-double slow_link_whatif_step(const std::vector<const Xfer*>& own, double ref, double step, size_t iters) {
-  double extra = 0;
-  for (const Xfer* x : own)
-    if (x->t1 > x->t0) {
-      double at_ref = static_cast<double>(x->bytes) / ref;
-      extra += std::max(0.0, static_cast<double>(x->t1 - x->t0) - at_ref);
-    }
-  double per_iter = extra / static_cast<double>(std::max<size_t>(iters, 1));
-  return std::max(0.0, step - per_iter);
-}
-
-// A direction whose median rate is below kSlowLinkRatio of its role's median, among at least three links
-// of that role ("much slower than comparable pairs" needs at least two others), is a slow_link.
-void slow_link_findings(const Normalized& n, const JobSlice& job, const Structure& s, const Timeline& t,
-                        size_t iters, std::vector<Finding>& out) {
-  double step = t.step_ns;
-  std::vector<const Xfer*> rated_xfers = rated_transfers(job);
-  LinkRates lr = link_rates(rated_xfers, s);
-  for (auto& [k, l] : lr.links) {
-    auto& peers = lr.by_role[l.role];
-    if (peers.size() < 3) continue;
-    double ref = lr.role_median[l.role];
-    if (l.median_rate >= kSlowLinkRatio * ref) continue;
-    std::vector<const Xfer*> own;  // this direction's transfers, in time order (all from one view)
-    for (const Xfer* x : rated_xfers)
-      if (x->src == k.first && x->dst == k.second) own.push_back(x);
-    uint64_t start = slow_link_onset(own, l.median_rate, ref);
-    Finding f;
-    f.kind = "slow_link";
-    f.subject = n.nodes[k.first] + "->" + n.nodes[k.second];
-    auto it = std::upper_bound(t.boundaries.begin(), t.boundaries.end(), start);
-    f.first_iteration = it == t.boundaries.begin() ? 0 : static_cast<int>(it - t.boundaries.begin()) - 1;
-    f.first_iteration = std::min(f.first_iteration, std::max(0, static_cast<int>(iters) - 1));
-    f.start_ns = start;
-    f.severity = ref / l.median_rate;
-    f.evidence = "median rate " + fmt("%.1f MB/s", l.median_rate * 1e3) + " vs " +
-                 fmt("%.1f MB/s", ref * 1e3) + " median of " + std::to_string(peers.size()) + " " +
-                 (l.role == EdgeRole::dp ? "DP" : "pipeline") + " links of the job (threshold " +
-                 fmt("%.2fx", kSlowLinkRatio) + ")";
-    if (iters > 0 && step > 0) f.whatif_step_time_ms = slow_link_whatif_step(own, ref, step, iters) / 1e6;
-    out.push_back(std::move(f));
-  }
-}
 
 // One finding per node pair: both directions of a shaped link are slow together.
 void merge_link_directions(std::vector<Finding>& out) {
@@ -312,8 +137,8 @@ std::vector<Finding> diagnose(const Normalized& n, const JobSlice& job, const St
   std::vector<Finding> out;
   double step = t.step_ns;
   size_t iters = its.size();
-  if (iters > kWarmup + 2) slow_iteration_findings(its, job_id, out);
-  slow_link_findings(n, job, s, t, iters, out);
+  if (iters > kWarmup + 2) diagnosis_steps::slow_iteration_findings(n, job, s, t, its, job_id, out);
+  diagnosis_steps::slow_link_findings(n, job, s, t, iters, out);
   merge_link_directions(out);
   if (iters > kWarmup + kPersist && step > 0)
     diagnosis_steps::straggler_findings(n, job, s, t, its, nodes_near_slow_links(n, s, out), out);

@@ -64,7 +64,7 @@ struct Emitter {
   }
   uint64_t xfer_ns(int src, uint64_t bytes, int iter) const {
     double rate = s.link_mbps * 1e6;
-    if (src == s.slow_node && iter >= s.slow_from) rate /= s.slow_factor;
+    if (src == s.slow_node && iter >= s.slow_from && iter <= s.slow_to) rate /= s.slow_factor;
     return static_cast<uint64_t>(static_cast<double>(bytes) / rate * 1e9) + 30'000;
   }
 };
@@ -144,7 +144,9 @@ Truth generate(const Spec& s, Input& in) {
                                 : act[static_cast<size_t>(st)][static_cast<size_t>(m)];
             if (ready == NA) break;
             int v = node(st, r);
-            double factor = (v == s.straggler_node && it >= s.straggler_from) ? s.straggler_factor : 1.0;
+            double factor = (v == s.straggler_node && it >= s.straggler_from && it <= s.straggler_to)
+                                ? s.straggler_factor
+                                : 1.0;
             uint64_t dur =
                 static_cast<uint64_t>(static_cast<double>(bw ? 2 * f_ns : f_ns) * factor + jit(rng));
             uint64_t start = std::max(free_at[static_cast<size_t>(st)], ready);

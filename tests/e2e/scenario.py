@@ -59,6 +59,17 @@ SCENARIOS = {
                 "--fwd-ms", "100"],
     "mpi_straggler": ["--stack", "mpi", "--dp", "4", "--pp", "1", "--iters", "14", "--fwd-ms", "150", "--fault",
                       "straggler:node=n1,factor=1.4,from=6"],
+    # Issue 22's alarms (tests/e2e/alarms.py runs the whole campaign): healthy shapes under host CPU load (3
+    # burners), a checkpoint-like pause under load, and a 2x degraded host link (every link shaped to a line rate,
+    # the node's at half of it) where the only comparable links are one other pair, and in a DP4 ring.
+    "pp4_loaded": ["--dp", "1", "--pp", "4", "--iters", "14", "--fault", "cpuload:workers=3"],
+    "dp3pp2_loaded": ["--dp", "3", "--pp", "2", "--fwd-ms", "40", "--iters", "14", "--fault", "cpuload:workers=3"],
+    "pause_dp4": ["--dp", "4", "--pp", "1", "--iters", "14", "--fault", "pause:at=5,seconds=2", "--fault",
+                  "cpuload:workers=3"],
+    "slowlink_2x": ["--dp", "2", "--pp", "2", "--link-rate", "400mbit", "--iters", "16", "--fault",
+                    "slowlink:node=n1,rate=200mbit,from=6"],
+    "slowlink_2x_dp4": ["--dp", "4", "--pp", "1", "--link-rate", "400mbit", "--iters", "16", "--fault",
+                        "slowlink:node=n2,rate=200mbit,from=6"],
 }
 
 # Live mode costs more CPU (an agent per node, the aggregator, CLI polling): the shapes and every fault.

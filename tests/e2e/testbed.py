@@ -14,6 +14,11 @@ Faults (--fault, repeatable; job=J picks the job, default job0):
   slowlink:node=n1,rate=20mbit,from=6     tc tbf on n1's link, both directions, from iteration k (0: from start)
   hang:node=n1,at=6,hold=6                that rank SIGSTOPs itself at iteration 6; capture stops `hold` s later
   pause:at=5,seconds=2                    every rank of the job sleeps at iteration 5 (checkpoint-like, benign)
+  eval:at=5,batches=8                     every rank runs an evaluation phase at iteration 5: forward-only
+                                          micro-batches through the pipeline, a loss all-reduce (benign)
+  cpuload:workers=3                       3 CPU burners (`yes`) on the host for the whole run (benign)
+--link-rate 400mbit shapes every node's link (tc tbf) like a NIC's line rate, so that a slowlink fault at half
+of it is a 2x degraded host link against peers at line rate (unshaped veths run at the CPU's pace).
 --also "dp=1,pp=2,delay=3" adds a job on the next free nodes, started 3 s after the first (keys: delay and the
 job-shape flags with _ for -). A job that ends normally closes its connections (FIN) and goes quiet: not a fault either.
 """
@@ -110,9 +115,10 @@ def parse_fault(text, jobs):
         raise ValueError(f"fault {text!r}: unknown job")
     f = {"kind": kind, "job": job["name"]}
     known = {"straggler": {"node", "rank", "factor", "from"}, "slowlink": {"node", "rate", "from", "burst"},
-             "hang": {"node", "rank", "at", "hold"}, "pause": {"at", "seconds"}}
+             "hang": {"node", "rank", "at", "hold"}, "pause": {"at", "seconds"}, "eval": {"at", "batches"},
+             "cpuload": {"workers"}}
     if kind not in known:
-        raise ValueError(f"unknown fault kind {kind!r} (straggler, slowlink, hang, pause)")
+        raise ValueError(f"unknown fault kind {kind!r} ({', '.join(known)})")
     extra = set(kv) - known[kind]
     if extra:
         raise ValueError(f"fault {kind}: unknown keys {sorted(extra)}")
@@ -125,7 +131,7 @@ def parse_fault(text, jobs):
         if f["node"] not in job["nodes"]:
             raise ValueError(f"fault {kind}: node {f['node']} is not one of {job['name']}'s nodes {job['nodes']}")
         f["rank"] = (int(f["node"][1:]) - job["node_base"]) * tp  # the node's TP rank 0
-    elif kind != "pause":
+    elif kind not in ("pause", "eval", "cpuload"):
         raise ValueError(f"fault {kind}: needs node= or rank=")
     if kind == "straggler":
         f["factor"] = float(kv.get("factor", 1.5))
@@ -144,6 +150,12 @@ def parse_fault(text, jobs):
     elif kind == "pause":
         f["at"] = int(kv.get("at", job["iters"] // 2))
         f["seconds"] = float(kv.get("seconds", 2.0))
+    elif kind == "eval":
+        f["at"], f["batches"] = int(kv.get("at", job["iters"] // 2)), int(kv.get("batches", 8))
+        if job["stack"] != "gloo":
+            raise ValueError("eval: gloo stack only")
+    elif kind == "cpuload":
+        f["workers"] = int(kv.get("workers", 2))
     return f
 
 
@@ -180,20 +192,11 @@ def last_iter(truth_dir, job, rank):
     return best
 
 
-def has_end(truth_dir, job, rank):
+def has_line(truth_dir, job, rank, kind):
     p = os.path.join(truth_dir, job, f"rank{rank}.jsonl")
     try:
         with open(p) as fh:
-            return any('"type": "end"' in line for line in fh)
-    except FileNotFoundError:
-        return False
-
-
-def has_hang(truth_dir, job, rank):
-    p = os.path.join(truth_dir, job, f"rank{rank}.jsonl")
-    try:
-        with open(p) as fh:
-            return any('"type": "hang"' in line for line in fh)
+            return any(f'"type": "{kind}"' in line for line in fh)
     except FileNotFoundError:
         return False
 
@@ -225,12 +228,17 @@ def cmd_run(a):
     manifest.update({"run_id": c.run_id, "subnet": f"{cl.SUBNET_BASE}.{c.octet}.0/24",
                      "nodes": {c.node(k): {"ip": c.ip(k), "iface": c.veth(k), "ns": c.ns(k)} for k in range(c.n)}})
     print(f"testbed: run {c.run_id}: {n_nodes} nodes on {manifest['subnet']} -> {out}", flush=True)
-    procs, tcpdumps, stack = [], {}, None
+    procs, tcpdumps, stack, burners = [], {}, None, []
     try:
         with open(os.path.join(out, "topology.txt"), "w") as f:
             f.write(c.topology())
-        # Slow links "from the start" go in before any traffic.
+        # Line rate and slow links "from the start" go in before any traffic; CPU burners start with the run.
+        for k in range(c.n) if a.link_rate else ():
+            c.slow_link(k, a.link_rate)
         for f in faults:
+            for _ in range(f.get("workers", 0)):  # tracked: a teardown after a killed driver ends them too
+                burners.append(subprocess.Popen(["yes"], stdout=subprocess.DEVNULL))
+                c.track(burners[-1].pid)
             if f["kind"] == "slowlink" and f["from"] == 0:
                 c.slow_link(int(f["node"][1:]), f["rate"], f["burst"])
                 f["applied_at"] = time.time()
@@ -319,6 +327,8 @@ def cmd_run(a):
                         argv += ["--hang-at", str(f["at"])]
                     if f["kind"] == "pause":
                         argv += ["--pause-at", str(f["at"]), "--pause-seconds", str(f["seconds"])]
+                    if f["kind"] == "eval":
+                        argv += ["--eval-at", str(f["at"]), "--eval-batches", str(f["batches"])]
                 env = dict(os.environ, GLOO_SOCKET_IFNAME=c.veth(k), OMP_NUM_THREADS="1")
                 log = open(os.path.join(out, "logs", f"{j['name']}.rank{r}.log"), "w")
                 if a.nice:
@@ -348,8 +358,8 @@ def cmd_run(a):
                         c.slow_link(int(f["node"][1:]), f["rate"], f["burst"])
                         f["applied_at"] = time.time()
                         print(f"testbed: slow link on {f['node']} ({f['rate']}) applied", flush=True)
-                if f["kind"] == "hang" and f["job"] not in hang_seen and has_hang(
-                        os.path.join(out, "truth"), f["job"], f["rank"]):
+                if f["kind"] == "hang" and f["job"] not in hang_seen and has_line(
+                        os.path.join(out, "truth"), f["job"], f["rank"], "hang"):
                     hang_seen[f["job"]] = now
                     f["stopped_at"] = now
                     print(f"testbed: rank {f['rank']} of {f['job']} stopped itself; holding {f['hold']} s",
@@ -420,6 +430,9 @@ def cmd_run(a):
             signal.signal(s, signal.SIG_IGN)
         if stack:
             stack.stop()
+        for p in burners:
+            p.kill()
+            p.wait()
         for _, _, p in procs:
             if p.poll() is None:
                 try:
@@ -429,9 +442,9 @@ def cmd_run(a):
         if own:
             c.teardown()
         else:  # a cluster of `up`: leave it as it was
-            for f in faults:
-                if f["kind"] == "slowlink" and "applied_at" in f:
-                    c.clear_slow_link(int(f["node"][1:]))
+            for k in {int(f["node"][1:]) for f in faults if f["kind"] == "slowlink" and "applied_at" in f} | (
+                    set(range(c.n)) if a.link_rate else set()):
+                c.clear_slow_link(k)
         manifest["teardown_done"] = time.time()
         manifest["wall_s"] = round(time.time() - t_begin, 2)
         with open(os.path.join(out, "run.json"), "w") as f:
@@ -538,6 +551,7 @@ def main(argv=None):
         r.add_argument("--cluster", help="run on this `up` cluster (left up) instead of a fresh one")
         r.add_argument("--also", action="append", help="another job at once: key=value,... overriding the above")
         r.add_argument("--fault", action="append", help="see the description")
+        r.add_argument("--link-rate", help="tc tbf rate of every node's link (e.g. 400mbit): a NIC's line rate")
         r.add_argument("--out", required=True)
         r.add_argument("--force", action="store_true", help="overwrite a non-empty --out")
         r.add_argument("--gap-ms", type=float, default=1.0, help="flowlet idle gap for flows.csv")

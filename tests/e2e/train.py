@@ -63,6 +63,11 @@ def parse():
     ap.add_argument("--straggler-from", type=int, default=0)
     ap.add_argument("--pause-at", type=int, default=-1, help="iteration at whose start every rank pauses")
     ap.add_argument("--pause-seconds", type=float, default=0.0)
+    ap.add_argument("--eval-at", type=int, default=-1,
+                    help="iteration at whose start every rank runs an evaluation phase: --eval-batches forward-only "
+                         "micro-batches through the pipeline (no backward, no gradient sync), then an all-reduce "
+                         "of the loss over the DP group, as a trainer's periodic validation does")
+    ap.add_argument("--eval-batches", type=int, default=8)
     ap.add_argument("--hang-at", type=int, default=-1, help="this rank stops itself (SIGSTOP) at this iteration")
     ap.add_argument("--start-delay", type=float, default=0.0,
                     help="sleep this long after start-up before joining the job (a later job: its Python and "
@@ -214,7 +219,8 @@ def main():
                           "schedule": a.schedule, "micro_batches": M, "micro_batch_size": mbs, "width": W,
                           "depth": a.depth, "iters": a.iters, "compute": a.compute, "fwd_ms": a.fwd_ms, "host": socket.gethostname(),
                           "straggler_factor": a.straggler_factor, "straggler_from": a.straggler_from,
-                          "pause_at": a.pause_at, "pause_seconds": a.pause_seconds, "hang_at": a.hang_at})
+                          "pause_at": a.pause_at, "pause_seconds": a.pause_seconds, "hang_at": a.hang_at,
+                          "eval_at": a.eval_at, "eval_batches": a.eval_batches})
               + "\n")
     dist.barrier()
 
@@ -233,6 +239,24 @@ def main():
         elif straggling(i):
             burn((time.perf_counter() - t0) * (a.straggler_factor - 1.0))
 
+    def evaluate(i):
+        """Validation: forward-only micro-batches through the pipeline, then the mean loss over the DP group."""
+        loss = torch.zeros(1)
+        with torch.no_grad():
+            for m in range(a.eval_batches):
+                t0 = time.perf_counter()
+                x = torch.randn(mbs, W)
+                if prev_rank is not None:
+                    dist.recv(x, src=prev_rank, tag=1000 + m)
+                t0 = time.perf_counter()
+                y = stage_model(x)
+                finish(-1, t0, a.fwd_ms)
+                if next_rank is not None:
+                    dist.send(y, dst=next_rank, tag=1000 + m)
+                loss += y.square().mean()
+        if dp_group is not None:
+            dist.all_reduce(loss, group=dp_group)
+
     for i in range(a.iters):
         t_start = time.time()
         if i == a.hang_at:
@@ -241,6 +265,8 @@ def main():
             os.kill(os.getpid(), signal.SIGSTOP)
         if i == a.pause_at:
             time.sleep(a.pause_seconds)
+        if i == a.eval_at:
+            evaluate(i)
         sends, inputs, outputs = [], [None] * M, [None] * M
 
         def fwd(m):

@@ -1,0 +1,263 @@
+// Diagnosis, slow link: a direction between two nodes whose transfers run slower than the comparable links
+// of the job (same role) by a ratio that holds iteration after iteration.
+//
+// Per iteration, each direction's median transfer rate is compared with the median of the same role's
+// directions between other node pairs in that iteration. Comparing within the iteration cancels what moves
+// every link alike (a checkpoint pause, a job-wide stretch, host load that slows every rank); a degraded
+// NIC or cable slows its own directions only, and does so in every iteration from its onset on.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "diagnosis_steps.hpp"
+
+namespace netprism::analysis::diagnosis_steps {
+namespace {
+
+// An iteration is degraded for a direction when its rate is below 0.7 of its comparable links' median and
+// further below it than the job's own rate noise allows: exp(-3 sigma), sigma the robust
+// iteration-to-iteration spread of the job's log rate ratios (kMadToSigma x MAD of consecutive differences /
+// sqrt 2; a lasting fault moves a direction's ratio once, at its onset, so it barely widens sigma, while a
+// host whose transfers are paced by its CPU rather than its links scatters them in every iteration). A slow
+// link is degraded in kLinkPersist = 4 consecutive measured iterations, and is reported after the 4th (the
+// detection delay). Measured over the alarms campaign's 44 fresh testbed runs and the 18 kept samples
+// (tests/e2e/alarms.py; docs/analysis.md, "Diagnosis"), as the weakest ratio of the consecutive iterations a
+// finding needs:
+// - healthy and benign runs, 3 iterations: z = -3.02 at worst (ratio 0.50, sigma 0.23: the unshaped veths of
+//   the OpenMPI DP4 sample, whose rates follow the CPU); 4 iterations: -2.19 at worst.
+// - a host link at half its peers' line rate, 4 iterations: z = -3.9 to -4.6 where the only comparable links
+//   are one other pair (DP2 x PP2), -6.3 to -12 elsewhere (ratios 0.46-0.56, sigma 0.06-0.16).
+// 3 sigma over 4 iterations lies between the two (1.37x beyond the worst healthy case, 1.29x short of the
+// weakest 2x link); over 3 iterations no z separates them with margin. The 0.7 floor keeps a steady job's
+// small sigma (0.03-0.08 on links running at line rate) from turning a 20 % wobble into a fault. So a 2x slow
+// link is found where sigma < ln 2 / 3 = 0.23; on CPU-paced hosts only links slower than exp(-3 sigma).
+constexpr double kSlowLinkRatio = 0.7;
+constexpr double kLinkZ = 3.0;
+constexpr size_t kLinkPersist = 4;
+// Transfers of at least 64 KiB carry a rate; smaller ones are dominated by latency, not rate.
+constexpr uint64_t kRateMinBytes = 64 * 1024;
+// Roles with more directions than this compare with the role's median over all of them (excluding one pair
+// moves the median of so many by at most one rank) to stay linear in the job's size.
+constexpr size_t kExactPeers = 16;
+
+// Each direction's transfers in the view its rate is read from. A direction's rate is read from the
+// receiver's view where its agent saw the data arrive: on a shaped or congested link the sender's data
+// leaves as fast as its congestion window allows and queues on the way, so its departures come in quick
+// bursts while the arrivals trickle in at the link's rate. Without arrivals (CSV imports, a receiver
+// without an agent) the sender's view is all there is. In time order per direction (each view's list is).
+uint64_t direction_key(const Xfer& x) {
+  return uint64_t{x.src} << 32 | x.dst;
+}
+std::vector<const Xfer*> rated_transfers(const JobSlice& job) {
+  std::unordered_set<uint64_t> arriving;
+  for (const Xfer& x : job.arrivals) arriving.insert(direction_key(x));
+  std::vector<const Xfer*> rated;
+  for (const auto* list : {&job.arrivals, &job.xfers})
+    for (const Xfer& x : *list)
+      if ((list == &job.arrivals) == (arriving.count(direction_key(x)) > 0) && x.bytes >= kRateMinBytes &&
+          x.t1 > x.t0)
+        rated.push_back(&x);
+  return rated;
+}
+
+double rate(const Xfer& x) {
+  return static_cast<double>(x.bytes) / static_cast<double>(x.t1 - x.t0);
+}
+
+// The iteration a time falls in; -1 outside the timeline.
+int iteration_of(const Timeline& t, uint64_t ns, size_t iters) {
+  auto it = std::upper_bound(t.boundaries.begin(), t.boundaries.end(), ns);
+  if (it == t.boundaries.begin()) return -1;
+  size_t i = static_cast<size_t>(it - t.boundaries.begin()) - 1;
+  return i < iters ? static_cast<int>(i) : -1;
+}
+
+// One direction: its role, its transfers and its median rate per iteration (0: none measured), and per
+// iteration the median of the comparable directions (0: fewer than two).
+struct Direction {
+  uint32_t src = 0, dst = 0;
+  EdgeRole role = EdgeRole::dp;
+  std::vector<const Xfer*> own;
+  std::vector<double> rate, ref;
+  double threshold = kSlowLinkRatio;  // min(kSlowLinkRatio, exp(-kLinkZ sigma)) of its role
+  double sigma = 0;
+};
+
+// Rates gathered through a hash index (a tree lookup per transfer costs a log factor on large jobs), then
+// ordered by node pair so findings come out in a fixed order.
+std::vector<Direction> directions(const std::vector<const Xfer*>& rated, const Structure& s,
+                                  const Timeline& t, size_t iters) {
+  std::unordered_map<uint64_t, size_t> index;
+  std::vector<Direction> dirs;
+  std::vector<std::vector<std::vector<double>>> per_iter;
+  for (const Xfer* x : rated) {
+    auto [it, fresh] = index.emplace(direction_key(*x), dirs.size());
+    if (fresh) {
+      Direction d;
+      d.src = x->src;
+      d.dst = x->dst;
+      d.role = s.stage_of[x->src] == s.stage_of[x->dst] ? EdgeRole::dp : EdgeRole::pp;
+      dirs.push_back(std::move(d));
+      per_iter.emplace_back(iters);
+    }
+    dirs[it->second].own.push_back(x);
+    int i = iteration_of(t, x->t0, iters);
+    if (i >= 0) per_iter[it->second][static_cast<size_t>(i)].push_back(rate(*x));
+  }
+  for (size_t k = 0; k < dirs.size(); ++k) {
+    dirs[k].rate.resize(iters);
+    for (size_t i = 0; i < iters; ++i) dirs[k].rate[i] = median(per_iter[k][i]);
+  }
+  std::sort(dirs.begin(), dirs.end(), [](const Direction& a, const Direction& b) {
+    return std::tie(a.src, a.dst) < std::tie(b.src, b.dst);
+  });
+  return dirs;
+}
+
+// Per direction and iteration: the median rate of the same role's directions between other node pairs.
+void reference_rates(std::vector<Direction>& dirs, size_t iters) {
+  std::map<EdgeRole, std::vector<size_t>> by_role;
+  for (size_t k = 0; k < dirs.size(); ++k) by_role[dirs[k].role].push_back(k);
+  for (auto& [role, members] : by_role) {
+    for (size_t k : members) dirs[k].ref.assign(iters, 0);
+    for (size_t i = 0; i < iters; ++i) {
+      std::vector<double> all;
+      for (size_t k : members)
+        if (dirs[k].rate[i] > 0) all.push_back(dirs[k].rate[i]);
+      double role_median = median(all);
+      for (size_t k : members) {
+        if (members.size() > kExactPeers) {
+          dirs[k].ref[i] = all.size() > 2 ? role_median : 0;
+          continue;
+        }
+        std::vector<double> others;
+        for (size_t o : members) {
+          bool same_pair = (dirs[o].src == dirs[k].src && dirs[o].dst == dirs[k].dst) ||
+                           (dirs[o].src == dirs[k].dst && dirs[o].dst == dirs[k].src);
+          if (!same_pair && dirs[o].rate[i] > 0) others.push_back(dirs[o].rate[i]);
+        }
+        dirs[k].ref[i] = others.size() >= 2 ? median(others) : 0;
+      }
+    }
+  }
+}
+
+// Per role: sigma of the iteration-to-iteration changes of its directions' log ratios (from kWarmup on),
+// and the threshold it sets.
+void thresholds(std::vector<Direction>& dirs, size_t iters) {
+  std::map<EdgeRole, std::vector<double>> diffs;
+  for (const Direction& d : dirs) {
+    double prev = std::nan("");
+    for (size_t i = kWarmup; i < iters; ++i) {
+      if (d.rate[i] <= 0 || d.ref[i] <= 0) continue;
+      double l = std::log(d.rate[i] / d.ref[i]);
+      if (!std::isnan(prev)) diffs[d.role].push_back(std::fabs(l - prev));
+      prev = l;
+    }
+  }
+  for (Direction& d : dirs) {
+    d.sigma = kMadToSigma * median(diffs[d.role]) / std::sqrt(2.0);
+    d.threshold = std::min(kSlowLinkRatio, std::exp(-kLinkZ * d.sigma));
+  }
+}
+
+// The first run of kLinkPersist consecutive measured iterations (from kWarmup on) below the threshold, and
+// the per-iteration ratios from its start; onset -1 when there is none.
+struct Run {
+  int onset = -1;
+  std::vector<std::pair<size_t, double>> ratios;  // iteration, rate / reference
+};
+Run degraded_run(const Direction& d, size_t iters) {
+  Run r;
+  size_t run = 0;
+  for (size_t i = kWarmup; i < iters; ++i) {
+    if (d.rate[i] <= 0 || d.ref[i] <= 0) continue;  // not measured: neither breaks nor extends a run
+    double ratio = d.rate[i] / d.ref[i];
+    if (r.onset < 0) {
+      run = ratio < d.threshold ? run + 1 : 0;
+      if (run == 1) r.ratios.clear();
+      if (run == 0) continue;
+      r.ratios.emplace_back(i, ratio);
+      if (run == kLinkPersist) r.onset = static_cast<int>(r.ratios.front().first);
+    } else {
+      r.ratios.emplace_back(i, ratio);
+    }
+  }
+  if (r.onset < 0) r.ratios.clear();
+  return r;
+}
+
+// What-if: the extra transfer time at the comparable rate, removed from the step.
+double whatif_step(const std::vector<const Xfer*>& own, double ref, double step, size_t iters) {
+  double extra = 0;
+  for (const Xfer* x : own) {
+    double at_ref = static_cast<double>(x->bytes) / ref;
+    extra += std::max(0.0, static_cast<double>(x->t1 - x->t0) - at_ref);
+  }
+  double per_iter = extra / static_cast<double>(std::max<size_t>(iters, 1));
+  return std::max(0.0, step - per_iter);
+}
+
+Finding link_finding(const Normalized& n, const Direction& d, const Run& r, const Timeline& t, size_t iters) {
+  std::vector<double> ratios, refs, slow;
+  std::string list;
+  for (auto& [i, ratio] : r.ratios) {
+    ratios.push_back(ratio);
+    refs.push_back(d.ref[i]);
+    if (ratio < d.threshold) slow.push_back(ratio);
+    if (ratios.size() <= 12)
+      list += (ratios.size() > 1 ? " " : "") + std::to_string(i) + ":" + fmt("%.2f", ratio);
+  }
+  if (ratios.size() > 12) list += " ...";
+  auto onset = static_cast<size_t>(r.onset);
+  double ref_i = d.ref[onset];
+  uint64_t start = 0;  // the onset iteration's first transfer below the threshold
+  for (const Xfer* x : d.own)
+    if (iteration_of(t, x->t0, iters) == r.onset && rate(*x) < d.threshold * ref_i) {
+      start = x->t0;
+      break;
+    }
+  Finding f;
+  f.kind = "slow_link";
+  f.subject = n.nodes[d.src] + "->" + n.nodes[d.dst];
+  f.first_iteration = r.onset;
+  f.start_ns = start ? start : t.boundaries[onset];
+  double med_ratio = median(ratios);
+  f.severity = 1.0 / std::max(med_ratio, 1e-6);
+  std::string role = d.role == EdgeRole::dp ? "DP" : "pipeline";
+  f.evidence = "rate " + fmt("%.2fx", med_ratio) + " of the other " + role + " links of the job (median " +
+               fmt("%.1f MB/s", median(refs) * 1e3) + ") in the iterations from " + std::to_string(r.onset) +
+               ", below " + fmt("%.2fx", d.threshold) + " in " + std::to_string(slow.size()) + " of " +
+               std::to_string(ratios.size()) +
+               " (threshold min(0.70x, exp(-3 sigma)) = " + fmt("%.2fx", d.threshold) + ", sigma " +
+               fmt("%.3f", d.sigma) + " the job's iteration-to-iteration spread of log rate ratios; " +
+               std::to_string(kLinkPersist) + " consecutive iterations); per iteration " + list;
+  // What-if over the iterations from the onset: their median step less their extra transfer time.
+  std::vector<const Xfer*> from_onset;
+  for (const Xfer* x : d.own)
+    if (x->t0 >= t.boundaries[onset] && x->t0 < t.boundaries[iters]) from_onset.push_back(x);
+  std::vector<uint64_t> bounds(t.boundaries.begin() + static_cast<long>(onset),
+                               t.boundaries.begin() + static_cast<long>(iters) + 1);
+  f.whatif_step_time_ms =
+      whatif_step(from_onset, median(refs), median(spacings(bounds)), iters - onset) / 1e6;
+  return f;
+}
+
+}  // namespace
+
+void slow_link_findings(const Normalized& n, const JobSlice& job, const Structure& s, const Timeline& t,
+                        size_t iters, std::vector<Finding>& out) {
+  iters = std::min(iters, t.boundaries.size() > 0 ? t.boundaries.size() - 1 : 0);
+  if (iters <= kWarmup) return;
+  std::vector<Direction> dirs = directions(rated_transfers(job), s, t, iters);
+  reference_rates(dirs, iters);
+  thresholds(dirs, iters);
+  for (const Direction& d : dirs) {
+    Run r = degraded_run(d, iters);
+    if (r.onset >= 0) out.push_back(link_finding(n, d, r, t, iters));
+  }
+}
+
+}  // namespace netprism::analysis::diagnosis_steps
