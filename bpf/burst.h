@@ -43,11 +43,11 @@ static __always_inline void np_count(__u32 idx) {
  * halves off, so a holder is never interrupted by another holder on its own CPU. A holder can still be
  * delayed by a hard interrupt, or (the flush program runs from a syscall) by preemption or a hypervisor
  * stealing its vCPU. So the first attempt is inline, and a contended data path keeps trying through bpf_loop
- * (the verifier requires a bound) for up to NP_LOCK_SLOW_SPINS attempts, ~1 ms: far beyond any interrupt, the
- * common preemption. Only beyond that is the packet counted as NP_CNT_LOCK_TIMEOUT, never silently lost. The
- * idle flush, for which waiting is pointless, gives up after NP_LOCK_FLUSH_SPINS and retries at its next run.
- * Both operations are fully ordered atomics (BPF_CMPXCHG, BPF_XCHG), so the critical section cannot leak
- * past them on weakly ordered CPUs either. */
+ * (the verifier requires a bound; the compat variant uses bounded loops, below) for up to NP_LOCK_SLOW_SPINS
+ * attempts, ~1 ms: far beyond any interrupt, the common preemption. Only beyond that is the packet counted as
+ * NP_CNT_LOCK_TIMEOUT, never silently lost. The idle flush, for which waiting is pointless, gives up after
+ * NP_LOCK_FLUSH_SPINS and retries at its next run. Both operations are fully ordered atomics (BPF_CMPXCHG,
+ * BPF_XCHG), so the critical section cannot leak past them on weakly ordered CPUs either. */
 #define NP_LOCK_SLOW_SPINS (1u << 16)
 #define NP_LOCK_FLUSH_SPINS 64u
 
@@ -64,8 +64,39 @@ static long np_spin_once(__u64 i, struct np_spin_ctx* c) {
   return 0;
 }
 
+/* Compat (kernels without bpf_loop, before 5.17): the same spin budgets as bounded loops (5.3+). The verifier
+ * walks a bounded loop once per iteration at every call site, so a plain loop of 65 536 attempts would cost
+ * it ~500 000 instructions per site (its limit is 1 M per program). A global function is verified once, on
+ * its own, and a call to it costs a few instructions: np_spin_some is a loop of at most 256 attempts (~2 000
+ * verified instructions), np_spin_rounds a loop of up to 256 calls to it. Pointer arguments to global
+ * functions need 5.12+; a NULL check is required by the verifier. */
+#define NP_SPIN_ROUND 256u
+
+__noinline int np_spin_some(__u64* lock, __u32 n) {
+  if (!lock) return 0;
+  for (__u32 i = 0; i < NP_SPIN_ROUND; i++) {
+    if (i >= n) return 0;
+    if (*(volatile __u64*)lock == 0 && __sync_val_compare_and_swap(lock, 0, 1) == 0) return 1;
+  }
+  return 0;
+}
+
+__noinline int np_spin_rounds(__u64* lock, __u32 rounds) {
+  if (!lock) return 0;
+  for (__u32 r = 0; r < NP_SPIN_ROUND; r++) {
+    if (r >= rounds) return 0;
+    if (np_spin_some(lock, NP_SPIN_ROUND)) return 1;
+  }
+  return 0;
+}
+
+_Static_assert(NP_LOCK_FLUSH_SPINS <= NP_SPIN_ROUND, "one round covers the flush's budget");
+_Static_assert(NP_LOCK_SLOW_SPINS == NP_SPIN_ROUND * NP_SPIN_ROUND, "rounds x attempts = the slow budget");
+
 static __always_inline bool np_lock(__u64* l, __u32 spins) {
   if (__sync_val_compare_and_swap(l, 0, 1) == 0) return true;
+  if (np_compat)
+    return spins <= NP_SPIN_ROUND ? np_spin_some(l, spins) : np_spin_rounds(l, spins / NP_SPIN_ROUND);
   struct np_spin_ctx c = {.lock = l, .got = 0};
   bpf_loop(spins, np_spin_once, &c, 0);
   return c.got;

@@ -25,6 +25,7 @@
 #include <gtest/gtest.h>
 
 #include "baseline.skel.h"
+#include "bpf/prog_run.hpp"
 #include "bpf/veth_netns.hpp"
 #include "probe.hpp"
 #include "support/privileged.hpp"
@@ -146,7 +147,7 @@ Transfer run_transfer(const VethNetns& net, Probe& probe, std::size_t n, bool se
   return t;
 }
 
-class ProbeVeth : public ::testing::TestWithParam<AttachMode> {
+class ProbeVeth : public ::testing::TestWithParam<std::tuple<AttachMode, agent::ProbeVariant>> {
  protected:
   void SetUp() override {
     NP_REQUIRE_ROOT();
@@ -156,15 +157,17 @@ class ProbeVeth : public ::testing::TestWithParam<AttachMode> {
 };
 
 TEST_P(ProbeVeth, TwoTransfersSeparatedBy50msGiveTwoExactBursts) {
-  const AttachMode mode = GetParam();
+  const auto [mode, variant] = GetParam();
   std::string err;
   ProbeOptions o;
+  o.variant = variant;
   // 20 ms: well under the 50 ms pause, well above scheduling stalls of a loaded 2-core test machine (the
   // 4 ms default is for training traffic; this test is about the mechanism, not the default).
   o.gap_ns = 20'000'000;
   o.max_burst_ns = 10'000'000'000ULL;
   auto probe = Probe::open(o, err);
   ASSERT_TRUE(probe) << err;
+  ASSERT_EQ(probe->variant(), variant);
   ASSERT_TRUE(probe->attach(net_->host_if, mode, err)) << err;
   std::mt19937 rng(std::random_device{}());
   const std::size_t n = 1'000'000 + rng() % 1'000'000;
@@ -239,8 +242,13 @@ TEST_P(ProbeVeth, TwoTransfersSeparatedBy50msGiveTwoExactBursts) {
   EXPECT_GT(c[NP_CNT_PACKETS], 2 * n / 65536);
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, ProbeVeth, ::testing::Values(AttachMode::kTc, AttachMode::kXdp),
-                         [](const auto& i) { return i.param == AttachMode::kTc ? "tc" : "xdp"; });
+INSTANTIATE_TEST_SUITE_P(Modes, ProbeVeth,
+                         ::testing::Combine(::testing::Values(AttachMode::kTc, AttachMode::kXdp),
+                                            ::testing::ValuesIn(kVariants)),
+                         [](const auto& i) {
+                           return std::string(std::get<0>(i.param) == AttachMode::kTc ? "tc_" : "xdp_") +
+                                  agent::variant_name(std::get<1>(i.param));
+                         });
 
 // ---- attach ownership ----
 struct BaselineDeleter {
