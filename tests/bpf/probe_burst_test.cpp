@@ -6,6 +6,7 @@
 #include <atomic>
 #include <map>
 #include <chrono>
+#include <ctime>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -280,6 +281,53 @@ TEST_P(ProbeBurst, TimestampsOfAnotherClockAreIgnored) {
   for (const auto& [k, st] : flows) {
     EXPECT_GE(st.b.first_ns, before);
     EXPECT_LE(st.b.first_ns, after);
+  }
+}
+
+// What an egress skb->tstamp of an unmarked clock means per variant (bpf/README.md "Kernel variants"). The
+// harness cannot set tstamp_type, so modern (which trusts only a stamp marked CLOCK_MONOTONIC) reads the
+// clock for every one of these. Compat has no mark to read: it takes a stamp within [-1 s, +10 s] of the
+// clock as TCP's departure time (a paced departure lies ahead of the hook) and reads the clock otherwise
+// (a CLOCK_REALTIME or TAI stamp is decades away). Ingress reads the clock in both.
+TEST_P(ProbeBurst, EgressTimestampOfAnUnmarkedClock) {
+  const bool compat = GetParam() == agent::ProbeVariant::kCompat;
+  thresholds(100 * kSec, 600 * kSec);
+  timespec rt{};
+  clock_gettime(CLOCK_REALTIME, &rt);
+  const uint64_t realtime = static_cast<uint64_t>(rt.tv_sec) * kSec + static_cast<uint64_t>(rt.tv_nsec);
+  const uint64_t now = monotonic_now_ns();
+  struct Case {
+    const char* what;
+    uint64_t tstamp;
+    bool taken;  // by compat on egress
+  } cases[] = {{"paced departure 5 ms ahead", now + 5 * kMs, true},
+               {"departure 200 ms ago", now - 200 * kMs, true},
+               {"20 s ahead: beyond fq's horizon", now + 20 * kSec, false},
+               {"2 s ago", now - 2 * kSec, false},
+               {"CLOCK_REALTIME", realtime, false},
+               {"CLOCK_TAI-like", realtime + 37 * kSec, false}};
+  uint16_t port = 9000;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    for (bool egress : {true, false}) {
+      const uint16_t sport = port++;
+      int fd = egress ? tc_ : probe_->program_fd("np_tc_ingress");
+      const uint64_t before = monotonic_now_ns();
+      ASSERT_EQ(run_prog(fd, true, tcp_pkt(sport), 1, 0, c.tstamp).err, 0);
+      const uint64_t after = monotonic_now_ns();
+      bool found = false;
+      for (const auto& [k, st] : dump_flows(*probe_)) {
+        if (k.sport != sport) continue;
+        found = true;
+        if (compat && egress && c.taken) {
+          EXPECT_EQ(st.b.first_ns, c.tstamp) << "compat takes a departure time near the clock";
+        } else {
+          EXPECT_GE(st.b.first_ns, before) << (egress ? "egress" : "ingress") << " reads the clock";
+          EXPECT_LE(st.b.first_ns, after);
+        }
+      }
+      EXPECT_TRUE(found);
+    }
   }
 }
 
