@@ -93,9 +93,12 @@ __noinline int np_spin_rounds(__u64* lock, __u32 rounds) {
 _Static_assert(NP_LOCK_FLUSH_SPINS <= NP_SPIN_ROUND, "one round covers the flush's budget");
 _Static_assert(NP_LOCK_SLOW_SPINS == NP_SPIN_ROUND * NP_SPIN_ROUND, "rounds x attempts = the slow budget");
 
-static __always_inline bool np_lock(__u64* l, __u32 spins) {
+/* compat: a constant at every call site (the global functions below pass true, the modern paths false), so
+ * the compat variant's global functions, which older kernels verify whether or not they are called, hold no
+ * bpf_loop call at all. */
+static __always_inline bool np_lock(__u64* l, __u32 spins, bool compat) {
   if (__sync_val_compare_and_swap(l, 0, 1) == 0) return true;
-  if (np_compat)
+  if (compat)
     return spins <= NP_SPIN_ROUND ? np_spin_some(l, spins) : np_spin_rounds(l, spins / NP_SPIN_ROUND);
   struct np_spin_ctx c = {.lock = l, .got = 0};
   bpf_loop(spins, np_spin_once, &c, 0);
@@ -262,7 +265,7 @@ static __always_inline __u32 np_front_index(__u64 tag) {
  * times, then counts NP_CNT_FLOW_RACE. The claim and the insert call one map helper under the slot lock: it
  * happens once per flow, not per packet, and nothing on the data path waits for a slot lock while it holds
  * another lock, so no lock order can deadlock. */
-static __always_inline void np_account(struct np_pkt* p, __u32 segs, __u64 now) {
+static __always_inline void np_account(struct np_pkt* p, __u32 segs, __u64 now, bool compat) {
   __u32 zero = 0;
   struct np_probe_config* cfg = bpf_map_lookup_elem(&np_config, &zero);
   if (!cfg) return; /* array map: cannot happen */
@@ -287,7 +290,7 @@ static __always_inline void np_account(struct np_pkt* p, __u32 segs, __u64 now) 
 
   for (int i = 0; i < NP_FLOW_RETRIES; i++) {
     /* 1. The front slot: the flow's own (the common case), free (claim it), or another flow's. */
-    if (!np_lock(&fs->lock, NP_LOCK_SLOW_SPINS)) {
+    if (!np_lock(&fs->lock, NP_LOCK_SLOW_SPINS, compat)) {
       np_count(NP_CNT_LOCK_TIMEOUT);
       return;
     }
@@ -316,7 +319,7 @@ static __always_inline void np_account(struct np_pkt* p, __u32 segs, __u64 now) 
     if (!st) st = bpf_map_lookup_elem(&np_flows, &p->key);
     if (!st) {
       /* New flow whose slot is taken: insert under the slot lock, re-checked (see above). */
-      if (!np_lock(&fs->lock, NP_LOCK_SLOW_SPINS)) {
+      if (!np_lock(&fs->lock, NP_LOCK_SLOW_SPINS, compat)) {
         np_count(NP_CNT_LOCK_TIMEOUT);
         return;
       }
@@ -334,7 +337,7 @@ static __always_inline void np_account(struct np_pkt* p, __u32 segs, __u64 now) 
       np_count(err == -7 /* E2BIG */ ? NP_CNT_MAP_FULL : NP_CNT_MAP_BUSY);
       return;
     }
-    if (!np_lock(&st->lock, NP_LOCK_SLOW_SPINS)) {
+    if (!np_lock(&st->lock, NP_LOCK_SLOW_SPINS, compat)) {
       np_count(NP_CNT_LOCK_TIMEOUT);
       return;
     }
@@ -349,6 +352,27 @@ static __always_inline void np_account(struct np_pkt* p, __u32 segs, __u64 now) 
     return;
   }
   np_count(NP_CNT_FLOW_RACE);
+}
+
+/* Compat: np_account as a global function. The verifier walks an inlined np_account again for every state the
+ * parser leaves behind (known and unknown header fields differ), which is most of a program's verification:
+ * np_tc_shared cost 154 000 instructions on 6.18 and 517 000 on Debian's 6.1, whose pruning is weaker, and
+ * 5.13-5.17 prune less still (the limit is 1 000 000). A global function is verified once, with the packet
+ * as opaque memory. The packet is copied to this frame's stack first: map helpers take keys from the stack on
+ * every kernel (pointer arguments arrive as PTR_TO_MEM, not accepted as map keys by older verifiers). */
+__noinline int np_account_once(const struct np_pkt* pkt, __u32 segs, __u64 now) {
+  if (!pkt) return 0;
+  struct np_pkt p = *pkt;
+  np_account(&p, segs, now, true);
+  return 0;
+}
+
+/* Accounts a parsed packet through the variant's path. */
+static __always_inline void np_account_pkt(struct np_pkt* p, __u32 segs, __u64 now) {
+  if (np_compat)
+    np_account_once(p, segs, now);
+  else
+    np_account(p, segs, now, false);
 }
 
 #endif /* NETPRISM_BPF_BURST_H */

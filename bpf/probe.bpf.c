@@ -167,7 +167,7 @@ static __always_inline int np_tc(struct __sk_buff* skb, __u8 dir) {
   if (segs == 0) segs = 1;
   __u64 now = 0;
   if (dir == NP_DIR_EGRESS) now = np_egress_time(skb);
-  np_account(&p, segs, now);
+  np_account_pkt(&p, segs, now);
   return 0; /* TC_ACT_OK */
 }
 
@@ -221,7 +221,7 @@ int np_xdp(struct xdp_md* ctx) {
   }
   p.key.ifindex = ctx->ingress_ifindex;
   p.key.dir = NP_DIR_INGRESS;
-  np_account(&p, 1, 0);
+  np_account_pkt(&p, 1, 0);
   return XDP_PASS;
 }
 
@@ -238,8 +238,8 @@ struct np_flush_ctx {
 /* A flow in an np_front slot: nothing is deleted, the slot is freed under its lock (a data-path CPU checks
  * `used` and the key under that lock, so a packet lands either in the burst that leaves here or in a new
  * one). */
-static __always_inline long np_flush_slot(struct np_flush_req* req, const struct np_flow_key* key,
-                                          __u32 idx) {
+static __always_inline long np_flush_slot(struct np_flush_req* req, const struct np_flow_key* key, __u32 idx,
+                                          bool compat) {
   struct np_front_slot* fs = bpf_map_lookup_elem(&np_front, &idx);
   if (!fs) return 0; /* index out of range: nothing there */
   struct np_flowlet* rec = bpf_ringbuf_reserve(&np_events, sizeof(struct np_flowlet), 0);
@@ -249,7 +249,7 @@ static __always_inline long np_flush_slot(struct np_flush_req* req, const struct
     return 0;
   }
   bool all = req->flags & NP_FLUSH_ALL;
-  if (!np_lock(&fs->lock, NP_LOCK_FLUSH_SPINS)) {
+  if (!np_lock(&fs->lock, NP_LOCK_FLUSH_SPINS, compat)) {
     bpf_ringbuf_discard(rec, 0);
     req->deferred++;
     np_count(NP_CNT_FLUSH_DEFERRED);
@@ -274,11 +274,11 @@ static __always_inline long np_flush_slot(struct np_flush_req* req, const struct
   return 0;
 }
 
-static long np_flush_one(__u64 i, struct np_flush_ctx* c) {
+static __always_inline long np_flush_key(__u64 i, struct np_flush_ctx* c, bool compat) {
   struct np_flush_req* req = c->req;
   if (i >= NP_FLUSH_BATCH) return 1;
   struct np_flow_key* key = &req->keys[i];
-  if (req->slots[i] != NP_FLUSH_IN_FLOWS) return np_flush_slot(req, key, req->slots[i]);
+  if (req->slots[i] != NP_FLUSH_IN_FLOWS) return np_flush_slot(req, key, req->slots[i], compat);
   struct np_flow_state* st = bpf_map_lookup_elem(&np_flows, key);
   if (!st) return 0; /* already gone */
   struct np_flowlet* rec = bpf_ringbuf_reserve(&np_events, sizeof(struct np_flowlet), 0);
@@ -289,7 +289,7 @@ static long np_flush_one(__u64 i, struct np_flush_ctx* c) {
   }
   bool all = req->flags & NP_FLUSH_ALL;
   bool emit = false, del = false;
-  if (!np_lock(&st->lock, NP_LOCK_FLUSH_SPINS)) {
+  if (!np_lock(&st->lock, NP_LOCK_FLUSH_SPINS, compat)) {
     bpf_ringbuf_discard(rec, 0);
     req->deferred++;
     np_count(NP_CNT_FLUSH_DEFERRED);
@@ -318,7 +318,7 @@ static long np_flush_one(__u64 i, struct np_flush_ctx* c) {
       req->deleted++;
     } else {
       /* Could not delete (bucket busy): revive the entry empty so the data path keeps using it. */
-      if (np_lock(&st->lock, NP_LOCK_SLOW_SPINS)) {
+      if (np_lock(&st->lock, NP_LOCK_SLOW_SPINS, compat)) {
         st->b.packets = 0;
         st->dead = 0;
         np_unlock(&st->lock);
@@ -328,13 +328,18 @@ static long np_flush_one(__u64 i, struct np_flush_ctx* c) {
   return 0;
 }
 
+/* Modern: bpf_loop's callback. */
+static long np_flush_one(__u64 i, struct np_flush_ctx* c) {
+  return np_flush_key(i, c, false);
+}
+
 /* Compat: one key of the flush request, as a global function (see np_flush). */
 __noinline int np_flush_entry(__u32 i) {
   __u32 zero = 0;
   struct np_flush_req* req = bpf_map_lookup_elem(&np_flush_req, &zero);
   if (!req) return 0;
   struct np_flush_ctx c = {.req = req};
-  return (int)np_flush_one(i, &c);
+  return (int)np_flush_key(i, &c, true);
 }
 
 SEC("tc")
