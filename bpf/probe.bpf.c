@@ -106,15 +106,6 @@ static __noinline __u32 np_parse_skb(struct __sk_buff* skb, struct np_pkt* p) {
   return np_parse(data, data_end, skb->len, p);
 }
 
-/* Locally sent TCP (and SO_TXTIME) packets carry their departure time in CLOCK_MONOTONIC, the clock of
- * bpf_ktime_get_ns: use it rather than reading the clock (~90 ns of cache misses on a busy host, a third of
- * the probe's cost). It is the earliest time the packet may leave (EDT), so with pacing it is nearer the
- * wire time than the moment this hook runs. Ingress always reads the clock: a packet from a sender on
- * this host (behind a veth) still carries the sender's departure time, but the receiver's view exists to
- * tell when data *arrived* (after a shaped link, a queue, a bridge), which only this hook's time says; the
- * analysis ends DP synchronisations on it. Taking the departure time there saved ~200 ns per cold ACK and
- * broke exactly that (live timelines merged iterations).
- * Returns the egress packet's time, or 0 when np_account must read the clock. */
 /* The window around the clock within which compat takes skb->tstamp as a departure time: 1 s back, 10 s ahead
  * (fq's default horizon, the farthest a departure can be scheduled). */
 #define NP_EDT_PAST_NS 1000000000ull
@@ -133,6 +124,15 @@ static __always_inline __u64 np_egress_time_compat(struct __sk_buff* skb) {
   return now;
 }
 
+/* Locally sent TCP (and SO_TXTIME) packets carry their departure time in CLOCK_MONOTONIC, the clock of
+ * bpf_ktime_get_ns: use it rather than reading the clock (~90 ns of cache misses on a busy host, a third of
+ * the probe's cost). It is the earliest time the packet may leave (EDT), so with pacing it is nearer the
+ * wire time than the moment this hook runs. Ingress always reads the clock: a packet from a sender on
+ * this host (behind a veth) still carries the sender's departure time, but the receiver's view exists to
+ * tell when data *arrived* (after a shaped link, a queue, a bridge), which only this hook's time says; the
+ * analysis ends DP synchronisations on it. Taking the departure time there saved ~200 ns per cold ACK and
+ * broke exactly that (live timelines merged iterations).
+ * Returns the egress packet's time, or 0 when np_account must read the clock. */
 static __always_inline __u64 np_egress_time(struct __sk_buff* skb) {
   if (np_compat) return np_egress_time_compat(skb);
   /* Modern: the field exists (CO-RE; a kernel without it takes the compat path even if forced modern). */
