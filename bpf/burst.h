@@ -64,13 +64,18 @@ static long np_spin_once(__u64 i, struct np_spin_ctx* c) {
   return 0;
 }
 
-/* Compat (kernels without bpf_loop, before 5.17): the same spin budgets as bounded loops (5.3+). The verifier
- * walks a bounded loop once per iteration at every call site, so a plain loop of 65 536 attempts would cost
- * it ~500 000 instructions per site (its limit is 1 M per program). A global function is verified once, on
- * its own, and a call to it costs a few instructions: np_spin_some is a loop of at most 256 attempts (~2 000
- * verified instructions), np_spin_rounds a loop of up to 256 calls to it. Pointer arguments to global
- * functions need 5.12+; a NULL check is required by the verifier. */
+/* Compat (kernels without bpf_loop, before 5.17): the spin as bounded loops (5.3+). The verifier walks a
+ * bounded loop once per iteration at every call site, so a plain loop of 65 536 attempts would cost it
+ * ~500 000 instructions per site (its limit is 1 M per program). A global function is verified once, on its
+ * own, and a call to it costs a few instructions: np_spin_some is a loop of at most 256 attempts (~2 000
+ * verified instructions), np_spin_rounds 256 calls to it (65 536 attempts, modern's count), np_spin_slow
+ * repeats that until NP_LOCK_SLOW_NS have passed (one clock read per 65 536 attempts). A bare loop makes an
+ * attempt faster than a bpf_loop callback does, so the same count alone would be a shorter wait: in the
+ * emulated 6.1 VM, whose vCPUs the loaded host deschedules for milliseconds, it timed out 77 times in a race
+ * test where modern never did. Pointer arguments to global functions need 5.12+; the verifier requires the
+ * NULL checks. */
 #define NP_SPIN_ROUND 256u
+#define NP_LOCK_SLOW_NS 1000000ull /* 1 ms: what modern's 65 536 attempts take */
 
 __noinline int np_spin_some(__u64* lock, __u32 n) {
   if (!lock) return 0;
@@ -81,25 +86,32 @@ __noinline int np_spin_some(__u64* lock, __u32 n) {
   return 0;
 }
 
-__noinline int np_spin_rounds(__u64* lock, __u32 rounds) {
+__noinline int np_spin_rounds(__u64* lock) {
   if (!lock) return 0;
-  for (__u32 r = 0; r < NP_SPIN_ROUND; r++) {
-    if (r >= rounds) return 0;
+  for (__u32 r = 0; r < NP_SPIN_ROUND; r++)
     if (np_spin_some(lock, NP_SPIN_ROUND)) return 1;
+  return 0;
+}
+
+__noinline int np_spin_slow(__u64* lock) {
+  if (!lock) return 0;
+  __u64 deadline = bpf_ktime_get_ns() + NP_LOCK_SLOW_NS;
+  for (__u32 k = 0; k < NP_SPIN_ROUND; k++) {
+    if (np_spin_rounds(lock)) return 1;
+    if ((__s64)(bpf_ktime_get_ns() - deadline) >= 0) return 0;
   }
   return 0;
 }
 
-_Static_assert(NP_LOCK_FLUSH_SPINS <= NP_SPIN_ROUND, "one round covers the flush's budget");
-_Static_assert(NP_LOCK_SLOW_SPINS == NP_SPIN_ROUND * NP_SPIN_ROUND, "rounds x attempts = the slow budget");
+_Static_assert(NP_LOCK_FLUSH_SPINS <= NP_SPIN_ROUND, "one call of np_spin_some covers the flush's budget");
+_Static_assert(NP_LOCK_SLOW_SPINS == NP_SPIN_ROUND * NP_SPIN_ROUND, "np_spin_rounds makes modern's count");
 
 /* compat: a constant at every call site (the global functions below pass true, the modern paths false), so
  * the compat variant's global functions, which older kernels verify whether or not they are called, hold no
  * bpf_loop call at all. */
 static __always_inline bool np_lock(__u64* l, __u32 spins, bool compat) {
   if (__sync_val_compare_and_swap(l, 0, 1) == 0) return true;
-  if (compat)
-    return spins <= NP_SPIN_ROUND ? np_spin_some(l, spins) : np_spin_rounds(l, spins / NP_SPIN_ROUND);
+  if (compat) return spins <= NP_SPIN_ROUND ? np_spin_some(l, spins) : np_spin_slow(l);
   struct np_spin_ctx c = {.lock = l, .got = 0};
   bpf_loop(spins, np_spin_once, &c, 0);
   return c.got;

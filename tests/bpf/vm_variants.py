@@ -54,6 +54,8 @@ def main():
     p.add_argument("--build", required=True)
     p.add_argument("--out")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--only", help="run only the runs of this test binary (e.g. probe_veth_test)")
+    p.add_argument("--filter", help="with --only: this gtest filter instead")
     a = p.parse_args()
     # SIGINT set explicitly (a background job of a non-interactive shell starts with it ignored): the VM and
     # its namespace go in `finally`.
@@ -87,11 +89,15 @@ def main():
             shutil.copy2(path, dst)
             c.state["scratch"].append(dst)
         c._save()
-        for name, filt in QUICK if a.quick else RUNS:
+        runs = QUICK if a.quick else RUNS
+        if a.only:
+            runs = [(n, a.filter or f) for n, f in runs if n == a.only][:1]
+        for name, filt in runs:
             t0 = time.time()
             # CI=true inside: a kernel test that cannot run there fails instead of skipping.
-            rc, sout, serr = c.wait(0, c.submit(0, f"cd /tmp && CI=true /ctl/{name} --gtest_filter='{filt}'"),
-                                    timeout=3600)
+            # NP_VETH_SLOW: the veth test's gap and pause x10 (probe_veth_test.cpp slow_factor).
+            rc, sout, serr = c.wait(0, c.submit(0, f"cd /tmp && CI=true NP_VETH_SLOW=10 /ctl/{name} "
+                                                   f"--gtest_filter='{filt}'"), timeout=3600)
             with open(os.path.join(out, f"{name}_{len(res['runs'])}.log"), "w") as f:
                 f.write(sout + serr)
             passed, failed = gtest_counts(sout)
