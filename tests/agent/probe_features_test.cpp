@@ -75,7 +75,8 @@ TEST(ProbeFeatures, CheckNamesEveryMissingFeatureWithItsCost) {
   EXPECT_TRUE(r.fatal.empty());
   ASSERT_EQ(r.degraded.size(), 2u);
   EXPECT_EQ(r.degraded[0],
-            "bpf_loop missing (kernel < 5.17): compat variant: the lock spin (up to 65 536 attempts) and the "
+            "bpf_loop missing (kernel < 5.17): compat variant: the lock spin (65 536 attempts, at least 1 "
+            "ms) and the "
             "idle flush (64 keys per run) are bounded loops over global BPF functions: same budgets, same "
             "results");
   EXPECT_EQ(r.degraded[1],
