@@ -27,8 +27,10 @@ import vmcluster as vc  # noqa: E402
 # differently (lock spin and the flush racing the data path, idle and shutdown flush, egress times) and the
 # per-packet accounting the table does not cover (GSO, RoCE classes); --quick keeps the variant test and the
 # table (both variants, 214 rows each).
+# (Not the 1 ms gap-cut case: a vCPU the loaded host deschedules for > 1 ms splits its burst of back-to-back
+# test runs in either variant; the cut itself is the same code in both.)
 BURST = ":".join(f"*.{t}/*" for t in (
-    "GapCutEmitsTheFinishedBurstAndFlushEmitsTheLast", "IdleFlushLeavesActiveFlowsAlone",
+    "IdleFlushLeavesActiveFlowsAlone",
     "ShutdownFlushEmitsEveryFlow", "GsoPacketCountsEverySegment", "TimestampsOfAnotherClockAreIgnored",
     "EgressTimestampOfAnUnmarkedClock", "RoceOpcodeClassesAndQpsPerBurst",
     "FlushRacingTheDataPathLosesNothingUncounted", "FlushRacingFlowsThatShareAFrontSlotLosesNothingUncounted",
