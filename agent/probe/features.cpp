@@ -160,7 +160,7 @@ FeatureReport report_features(const KernelFeatures& f) {
         "BPF atomic compare-and-swap missing (kernel < 5.12): no probe variant can lock its flow entries");
   if (f.bpf_loop == false)
     r.degraded.push_back(
-        "bpf_loop missing (kernel < 5.17): compat variant: the lock spin (65 536 attempts, at least 1 ms) "
+        "bpf_loop missing (kernel < 5.17): compat variant: the lock spin (65 536 attempts, at least 5 ms) "
         "and the "
         "idle "
         "flush (64 keys per run) are bounded loops over global BPF functions: same budgets, same results");

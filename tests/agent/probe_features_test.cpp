@@ -74,11 +74,11 @@ TEST(ProbeFeatures, CheckNamesEveryMissingFeatureWithItsCost) {
   r = report_features(kernel("5.15.0-91-generic", false, false));  // Ubuntu 22.04, DGX OS 6
   EXPECT_TRUE(r.fatal.empty());
   ASSERT_EQ(r.degraded.size(), 2u);
-  EXPECT_EQ(r.degraded[0],
-            "bpf_loop missing (kernel < 5.17): compat variant: the lock spin (65 536 attempts, at least 1 "
-            "ms) and the "
-            "idle flush (64 keys per run) are bounded loops over global BPF functions: same budgets, same "
-            "results");
+  EXPECT_EQ(
+      r.degraded[0],
+      "bpf_loop missing (kernel < 5.17): compat variant: the lock spin (65 536 attempts, at least 5 ms) "
+      "and the idle flush (64 keys per run) are bounded loops over global BPF functions: same budgets, "
+      "same results");
   EXPECT_EQ(r.degraded[1],
             "__sk_buff.tstamp_type missing (kernel < 5.18): compat variant: egress reads the clock and keeps "
             "TCP's departure time only when it lies within [-1 s, +10 s] of it: same times, one clock read "
