@@ -71,6 +71,7 @@ class Agent {
   uint64_t max_clock_step_ns_ = 0;
   std::unique_ptr<Probe> probe_;
   mutable std::array<uint64_t, NP_CNT_MAX> last_probe_counters_{};
+  uint64_t probe_compat_ = 0;  // 1: the compat program variant runs (bpf/README.md "Kernel variants")
   struct AddedQdisc {
     int ifindex;
     std::string marker;
@@ -120,6 +121,7 @@ Counters Agent::counters() const {
   if (probe_) last_probe_counters_ = probe_->counters();  // kept for heartbeats after the probe is released
   for (int i = 0; i < NP_CNT_MAX; ++i)
     c[np_counter_name(i)] = last_probe_counters_[static_cast<std::size_t>(i)];
+  c["probe_variant_compat"] = probe_compat_;
   if (rdma_) rdma_->add_counters(c);
   c["budget_level"] = static_cast<uint64_t>(budget_->level().level);
   c["budget_degrade_steps"] = budget_->degrade_steps();
@@ -178,6 +180,7 @@ bool Agent::setup(std::string& err) {
   ProbeOptions po;
   po.gap_ns = o_.probe_gap_ns;
   po.max_burst_ns = o_.probe_max_burst_ns;
+  po.variant = parse_variant(o_.probe_variant).value_or(ProbeVariant::kAuto);
   for (const auto& a : agg) po.exclude.push_back({a.addr, a.port});
   // The spool directory also holds the markers of clsact qdiscs this agent added (see release_probe()).
   spool_ = std::make_unique<Spool>(o_.spool_dir, o_.spool_max_bytes);
@@ -187,6 +190,8 @@ bool Agent::setup(std::string& err) {
     err = "cannot load the probe: " + err;
     return false;
   }
+  probe_compat_ = probe_->variant() == ProbeVariant::kCompat;
+  log_info(describe_choice(probe_->features(), po.variant, probe_->variant()));
   AttachMode mode = o_.mode == "xdp" ? AttachMode::kXdp : AttachMode::kTc;
   for (const auto& i : o_.ifaces) {
     if (mode == AttachMode::kTc) {

@@ -14,6 +14,26 @@
 #include "netprism/cli.hpp"
 #include "netprism/config.hpp"
 #include "options.hpp"
+#include "probe/features.hpp"
+
+namespace {
+
+// The kernel side of --check: every missing kernel feature the probe needs (problems) or works around
+// (notes, with what the workaround costs), and the variant the agent would load.
+std::vector<std::string> check_probe(const std::string& requested_name, std::vector<std::string>& notes) {
+  using namespace netprism::agent;
+  const ProbeVariant requested = parse_variant(requested_name).value_or(ProbeVariant::kAuto);
+  const KernelFeatures f = detect_kernel_features();
+  FeatureReport r = report_features(f);
+  VariantChoice c = choose_variant(f, requested);
+  std::vector<std::string> problems = r.fatal;
+  if (!c.error.empty()) problems.push_back(c.error);
+  notes = r.degraded;
+  notes.insert(notes.begin(), describe_choice(f, requested, c.variant));
+  return problems;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace netprism;
@@ -35,6 +55,11 @@ int main(int argc, char** argv) {
   app.add_option("--iface", o.ifaces, "interface to watch (repeatable)");
   app.add_option("--mode", o.mode, "attach mode: tc (ingress+egress, default) or xdp (ingress)")
       ->check(CLI::IsMember({"tc", "xdp"}));
+  app.add_option(
+         "--probe-variant", o.probe_variant,
+         "probe program variant: auto (default: from the kernel's features), modern (5.18+) or compat "
+         "(5.13+, no bpf_loop or __sk_buff.tstamp_type)")
+      ->check(CLI::IsMember({"auto", "modern", "compat"}));
   app.add_option("--spool-dir", o.spool_dir,
                  "where unacknowledged batches wait (default /var/lib/netprism/agent/spool)");
   app.add_option("--rdma-sysfs", o.rdma_sysfs, "RDMA sysfs root (default /sys/class/infiniband)");
@@ -54,8 +79,8 @@ int main(int argc, char** argv) {
     auto loaded = config::load_file(config_path, agent::agent_schema());
     if (!loaded) return cli::fail(prog, loaded.error);
     std::set<std::string> given;
-    for (const char* f :
-         {"aggregator", "node", "iface", "mode", "spool-dir", "rdma-sysfs", "key", "server-pub", "insecure"})
+    for (const char* f : {"aggregator", "node", "iface", "mode", "spool-dir", "rdma-sysfs", "key",
+                          "server-pub", "insecure", "probe-variant"})
       if (app.count(std::string("--") + f)) {
         std::string k = f;
         for (auto& ch : k)
@@ -81,11 +106,18 @@ int main(int argc, char** argv) {
   ci.aggregator = o.aggregator;
   auto problems = agent::check_environment(ci);
   if (auto e = agent::load_keys(o); !e.empty()) problems.push_back(e);
+  std::vector<std::string> notes;
+  if (check) {
+    auto kernel = check_probe(o.probe_variant, notes);
+    problems.insert(problems.end(), kernel.begin(), kernel.end());
+  }
   for (const auto& p : problems) std::cerr << prog << ": " << p << "\n";
   if (check) {
-    if (problems.empty())
+    if (problems.empty()) {
       std::cout << prog << ": environment ok: BTF present, capabilities present, " << o.ifaces.size()
                 << " interface(s) found, spool directory writable\n";
+      for (const auto& n : notes) std::cout << prog << ": " << n << "\n";
+    }
     return problems.empty() ? cli::kExitOk : cli::kExitUsage;
   }
   if (!problems.empty()) return cli::kExitUsage;

@@ -29,6 +29,7 @@ config::Schema agent_schema() {
       {"probe.gap_us", Type::kInteger},
       {"probe.max_burst_ms", Type::kInteger},
       {"probe.idle_flush_ms", Type::kInteger},
+      {"probe.variant", Type::kString},
       {"rdma.enabled", Type::kBool},
       {"rdma.sample_interval_ms", Type::kInteger},
       {"rdma.ship_samples_ms", Type::kInteger},
@@ -53,6 +54,8 @@ std::string apply_config(const config::Values& v, const std::set<std::string>& f
   str("server_pub", o.server_pub_file);
   if (!flags_given.count("insecure"))
     if (auto x = config::get<bool>(v, "insecure")) o.insecure = *x;
+  if (!flags_given.count("probe_variant"))
+    if (auto x = config::get<std::string>(v, "probe.variant")) o.probe_variant = *x;
   if (!flags_given.count("iface"))
     if (auto x = config::get<std::vector<std::string>>(v, "iface")) o.ifaces = *x;
 
@@ -99,6 +102,8 @@ std::string apply_config(const config::Values& v, const std::set<std::string>& f
 std::string validate(const AgentOptions& o) {
   if (o.mode != "tc" && o.mode != "xdp") return "mode must be tc or xdp, not '" + o.mode + "'";
   if (o.aggregator.empty()) return "aggregator endpoint is empty";
+  if (o.probe_variant != "auto" && o.probe_variant != "modern" && o.probe_variant != "compat")
+    return "probe variant must be auto, modern or compat, not '" + o.probe_variant + "'";
   if (o.spool_dir.empty()) return "spool_dir is empty";
   if (o.delivery.backoff_min_ns > o.delivery.backoff_max_ns)
     return "delivery.backoff_min_ms is larger than delivery.backoff_max_ms";

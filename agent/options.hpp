@@ -32,6 +32,9 @@ struct AgentOptions {
   uint64_t spool_max_bytes = 1ull << 30;  // 1 GiB: ~13M flowlets, minutes of a busy node's outage
   uint64_t linger_ns = 5'000'000'000ull;  // at exit: time to get ACKs before the rest goes to the spool
 
+  // The probe's program variant (bpf/README.md "Kernel variants"): auto asks the kernel (modern where
+  // bpf_loop and __sk_buff.tstamp_type exist, 5.18+; compat otherwise, 5.13+); modern or compat forces one.
+  std::string probe_variant = "auto";
   uint64_t probe_gap_ns = 0;        // 0: the probe's default
   uint64_t probe_max_burst_ns = 0;  // 0: the probe's default
   // How often quiet flows' last bursts are collected from the probe's table. A burst's times come from its

@@ -43,11 +43,11 @@ static __always_inline void np_count(__u32 idx) {
  * halves off, so a holder is never interrupted by another holder on its own CPU. A holder can still be
  * delayed by a hard interrupt, or (the flush program runs from a syscall) by preemption or a hypervisor
  * stealing its vCPU. So the first attempt is inline, and a contended data path keeps trying through bpf_loop
- * (the verifier requires a bound) for up to NP_LOCK_SLOW_SPINS attempts, ~1 ms: far beyond any interrupt, the
- * common preemption. Only beyond that is the packet counted as NP_CNT_LOCK_TIMEOUT, never silently lost. The
- * idle flush, for which waiting is pointless, gives up after NP_LOCK_FLUSH_SPINS and retries at its next run.
- * Both operations are fully ordered atomics (BPF_CMPXCHG, BPF_XCHG), so the critical section cannot leak
- * past them on weakly ordered CPUs either. */
+ * (the verifier requires a bound; the compat variant uses bounded loops, below) for up to NP_LOCK_SLOW_SPINS
+ * attempts, ~1 ms: far beyond any interrupt, the common preemption. Only beyond that is the packet counted as
+ * NP_CNT_LOCK_TIMEOUT, never silently lost. The idle flush, for which waiting is pointless, gives up after
+ * NP_LOCK_FLUSH_SPINS and retries at its next run. Both operations are fully ordered atomics (BPF_CMPXCHG,
+ * BPF_XCHG), so the critical section cannot leak past them on weakly ordered CPUs either. */
 #define NP_LOCK_SLOW_SPINS (1u << 16)
 #define NP_LOCK_FLUSH_SPINS 64u
 
@@ -64,8 +64,57 @@ static long np_spin_once(__u64 i, struct np_spin_ctx* c) {
   return 0;
 }
 
-static __always_inline bool np_lock(__u64* l, __u32 spins) {
+/* Compat (kernels without bpf_loop, before 5.17): the spin as bounded loops (5.3+). The verifier walks a
+ * bounded loop once per iteration at every call site, so a plain loop of 65 536 attempts would cost it
+ * ~500 000 instructions per site (its limit is 1 M per program). A global function is verified once, on its
+ * own, and a call to it costs a few instructions: np_spin_some is a loop of at most 256 attempts (~2 000
+ * verified instructions), np_spin_rounds 256 calls to it (65 536 attempts, modern's count), np_spin_slow
+ * repeats that until NP_LOCK_SLOW_NS have passed (one clock read per 65 536 attempts). A bare loop makes an
+ * attempt faster than a bpf_loop callback does, so the same count alone would be a shorter wait: in the
+ * emulated 6.1 VM, whose vCPUs the loaded host deschedules for milliseconds, it timed out 77 times in a race
+ * test where modern never did. Pointer arguments to global functions need 5.12+; the verifier requires the
+ * NULL checks. */
+#define NP_SPIN_ROUND 256u
+/* At least modern's wait wherever it runs: its 65 536 callback iterations take ~1 ms on the host, longer in
+ * the emulated VM, where a 1 ms floor still timed out 3 times in the shared-slot race; 5 ms did not. Only a
+ * stalled lock holder makes anyone wait that long, and then a packet waits instead of going uncounted. */
+#define NP_LOCK_SLOW_NS 5000000ull
+
+__noinline int np_spin_some(__u64* lock, __u32 n) {
+  if (!lock) return 0;
+  for (__u32 i = 0; i < NP_SPIN_ROUND; i++) {
+    if (i >= n) return 0;
+    if (*(volatile __u64*)lock == 0 && __sync_val_compare_and_swap(lock, 0, 1) == 0) return 1;
+  }
+  return 0;
+}
+
+__noinline int np_spin_rounds(__u64* lock) {
+  if (!lock) return 0;
+  for (__u32 r = 0; r < NP_SPIN_ROUND; r++)
+    if (np_spin_some(lock, NP_SPIN_ROUND)) return 1;
+  return 0;
+}
+
+__noinline int np_spin_slow(__u64* lock) {
+  if (!lock) return 0;
+  __u64 deadline = bpf_ktime_get_ns() + NP_LOCK_SLOW_NS;
+  for (__u32 k = 0; k < NP_SPIN_ROUND; k++) {
+    if (np_spin_rounds(lock)) return 1;
+    if ((__s64)(bpf_ktime_get_ns() - deadline) >= 0) return 0;
+  }
+  return 0;
+}
+
+_Static_assert(NP_LOCK_FLUSH_SPINS <= NP_SPIN_ROUND, "one call of np_spin_some covers the flush's budget");
+_Static_assert(NP_LOCK_SLOW_SPINS == NP_SPIN_ROUND * NP_SPIN_ROUND, "np_spin_rounds makes modern's count");
+
+/* compat: a constant at every call site (the global functions below pass true, the modern paths false), so
+ * the compat variant's global functions, which older kernels verify whether or not they are called, hold no
+ * bpf_loop call at all. */
+static __always_inline bool np_lock(__u64* l, __u32 spins, bool compat) {
   if (__sync_val_compare_and_swap(l, 0, 1) == 0) return true;
+  if (compat) return spins <= NP_SPIN_ROUND ? np_spin_some(l, spins) : np_spin_slow(l);
   struct np_spin_ctx c = {.lock = l, .got = 0};
   bpf_loop(spins, np_spin_once, &c, 0);
   return c.got;
@@ -231,7 +280,7 @@ static __always_inline __u32 np_front_index(__u64 tag) {
  * times, then counts NP_CNT_FLOW_RACE. The claim and the insert call one map helper under the slot lock: it
  * happens once per flow, not per packet, and nothing on the data path waits for a slot lock while it holds
  * another lock, so no lock order can deadlock. */
-static __always_inline void np_account(struct np_pkt* p, __u32 segs, __u64 now) {
+static __always_inline void np_account(struct np_pkt* p, __u32 segs, __u64 now, bool compat) {
   __u32 zero = 0;
   struct np_probe_config* cfg = bpf_map_lookup_elem(&np_config, &zero);
   if (!cfg) return; /* array map: cannot happen */
@@ -256,7 +305,7 @@ static __always_inline void np_account(struct np_pkt* p, __u32 segs, __u64 now) 
 
   for (int i = 0; i < NP_FLOW_RETRIES; i++) {
     /* 1. The front slot: the flow's own (the common case), free (claim it), or another flow's. */
-    if (!np_lock(&fs->lock, NP_LOCK_SLOW_SPINS)) {
+    if (!np_lock(&fs->lock, NP_LOCK_SLOW_SPINS, compat)) {
       np_count(NP_CNT_LOCK_TIMEOUT);
       return;
     }
@@ -285,7 +334,7 @@ static __always_inline void np_account(struct np_pkt* p, __u32 segs, __u64 now) 
     if (!st) st = bpf_map_lookup_elem(&np_flows, &p->key);
     if (!st) {
       /* New flow whose slot is taken: insert under the slot lock, re-checked (see above). */
-      if (!np_lock(&fs->lock, NP_LOCK_SLOW_SPINS)) {
+      if (!np_lock(&fs->lock, NP_LOCK_SLOW_SPINS, compat)) {
         np_count(NP_CNT_LOCK_TIMEOUT);
         return;
       }
@@ -303,7 +352,7 @@ static __always_inline void np_account(struct np_pkt* p, __u32 segs, __u64 now) 
       np_count(err == -7 /* E2BIG */ ? NP_CNT_MAP_FULL : NP_CNT_MAP_BUSY);
       return;
     }
-    if (!np_lock(&st->lock, NP_LOCK_SLOW_SPINS)) {
+    if (!np_lock(&st->lock, NP_LOCK_SLOW_SPINS, compat)) {
       np_count(NP_CNT_LOCK_TIMEOUT);
       return;
     }
@@ -318,6 +367,15 @@ static __always_inline void np_account(struct np_pkt* p, __u32 segs, __u64 now) 
     return;
   }
   np_count(NP_CNT_FLOW_RACE);
+}
+
+/* Accounts a parsed packet through the variant's path. */
+static __always_inline void np_account_pkt(struct np_pkt* p, __u32 segs, __u64 now) {
+  /* Inlined in both variants. (A global np_account for compat, verified once, cut its verification on 6.1 by
+   * 40 %, but Debian's 6.1 verifier adds up the stack of every call chain, dead calls included (6.18's does
+   * not), and modern's frame with the inlined copy plus the global function's came to 608 of the 512 bytes
+   * allowed: modern no longer loaded there.) */
+  np_account(p, segs, now, np_compat);
 }
 
 #endif /* NETPRISM_BPF_BURST_H */

@@ -8,11 +8,23 @@
  * np_xdp (XDP ingress), np_flush (run by user space through BPF_PROG_TEST_RUN, never attached).
  * The probe only observes: every entry point returns TC_ACT_OK / XDP_PASS whatever it finds. */
 #include "vmlinux.h"
+#include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
 #include "netprism/flowlet.h"
 #include "netprism/probe_abi.h"
+
+#ifdef NP_POISON_MODERN
+/* Test build only (tests/bpf/probe_poison.bpf.c): every use of a kernel feature the compat variant must not
+ * need becomes a call to a helper no kernel has, so the verifier refuses the program exactly when its live
+ * code reaches one (tests/bpf/probe_variant_test.cpp). */
+static long (*const np_poison)(void) = (void*)0x7fff;
+#define bpf_loop(n, fn, ctx, flags) ((void)(n), (void)(fn), (void)(ctx), np_poison())
+#define NP_SKB_TSTAMP_TYPE(skb) ((__u8)np_poison())
+#else
+#define NP_SKB_TSTAMP_TYPE(skb) ((skb)->tstamp_type)
+#endif
 
 /* Flow table size: a training node talks to tens of peers over a few sockets/QPs each; 64 Ki entries of 168
  * bytes (key + state) is ~11 MiB preallocated, room for scans and short-lived flows between idle flushes.
@@ -74,6 +86,11 @@ struct {
 /* Slots - 1; user space sets it with the map size before load. Read-only data: the verifier sees a constant.
  */
 const volatile __u32 np_front_mask = NP_FRONT_SLOTS_DEFAULT - 1;
+/* The program variant (bpf/README.md "Kernel variants"), set by user space before load from its feature
+ * probes: 0 modern (bpf_loop, 5.17+; __sk_buff.tstamp_type, 5.18+), 1 compat (bounded loops in global
+ * functions and a clock-checked egress timestamp, 5.13+). Read-only data: the verifier sees a constant, never
+ * walks the other variant's code and removes it, so a kernel without bpf_loop never meets a call to it. */
+const volatile __u32 np_compat = 0;
 
 #include "burst.h"
 #include "parse.h"
@@ -87,6 +104,40 @@ static __noinline __u32 np_parse_skb(struct __sk_buff* skb, struct np_pkt* p) {
   void* data = (void*)(long)skb->data;
   void* data_end = (void*)(long)skb->data_end;
   return np_parse(data, data_end, skb->len, p);
+}
+
+/* The window around the clock within which compat takes skb->tstamp as a departure time: 1 s back, 10 s ahead
+ * (fq's default horizon, the farthest a departure can be scheduled). */
+#define NP_EDT_PAST_NS 1000000000ull
+#define NP_EDT_FUTURE_NS 10000000000ull
+
+/* Compat (no __sk_buff.tstamp_type before 5.18): skb->tstamp alone does not say its clock. On egress it is
+ * TCP's departure time (CLOCK_MONOTONIC, since 4.20), an SO_TXTIME time (the socket's clock, often TAI), or 0
+ * (forwarding clears it before 5.18). So the clock is read and the stamp taken only when it lies within
+ * [now - 1 s, now + 10 s]: a CLOCK_MONOTONIC departure time always does, a REALTIME or TAI value is decades
+ * away (uptime vs the Unix epoch). The times then mean what the modern variant's mean; the cost is the clock
+ * read the modern variant saves on egress. */
+static __always_inline __u64 np_egress_time_compat(struct __sk_buff* skb) {
+  __u64 now = bpf_ktime_get_ns();
+  __u64 ts = skb->tstamp;
+  if (ts - (now - NP_EDT_PAST_NS) <= NP_EDT_PAST_NS + NP_EDT_FUTURE_NS) return ts;
+  return now;
+}
+
+/* Locally sent TCP (and SO_TXTIME) packets carry their departure time in CLOCK_MONOTONIC, the clock of
+ * bpf_ktime_get_ns: use it rather than reading the clock (~90 ns of cache misses on a busy host, a third of
+ * the probe's cost). It is the earliest time the packet may leave (EDT), so with pacing it is nearer the
+ * wire time than the moment this hook runs. Ingress always reads the clock: a packet from a sender on
+ * this host (behind a veth) still carries the sender's departure time, but the receiver's view exists to
+ * tell when data *arrived* (after a shaped link, a queue, a bridge), which only this hook's time says; the
+ * analysis ends DP synchronisations on it. Taking the departure time there saved ~200 ns per cold ACK and
+ * broke exactly that (live timelines merged iterations).
+ * Returns the egress packet's time, or 0 when np_account must read the clock. */
+static __always_inline __u64 np_egress_time(struct __sk_buff* skb) {
+  if (np_compat) return np_egress_time_compat(skb);
+  /* Modern: the field exists (CO-RE; a kernel without it takes the compat path even if forced modern). */
+  if (!bpf_core_field_exists(skb->tstamp_type)) return np_egress_time_compat(skb);
+  return NP_SKB_TSTAMP_TYPE(skb) == BPF_SKB_TSTAMP_DELIVERY_MONO ? skb->tstamp : 0;
 }
 
 static __always_inline int np_tc(struct __sk_buff* skb, __u8 dir) {
@@ -114,17 +165,9 @@ static __always_inline int np_tc(struct __sk_buff* skb, __u8 dir) {
   /* A GSO super-packet stands for gso_segs wire packets. */
   __u32 segs = skb->gso_segs;
   if (segs == 0) segs = 1;
-  /* Locally sent TCP (and SO_TXTIME) packets carry their departure time in CLOCK_MONOTONIC, the clock of
-   * bpf_ktime_get_ns: use it rather than reading the clock (~90 ns of cache misses on a busy host, a third of
-   * the probe's cost). It is the earliest time the packet may leave (EDT), so with pacing it is nearer the
-   * wire time than the moment this hook runs. Ingress always reads the clock: a packet from a sender on
-   * this host (behind a veth) still carries the sender's departure time, but the receiver's view exists to
-   * tell when data *arrived* (after a shaped link, a queue, a bridge), which only this hook's time says; the
-   * analysis ends DP synchronisations on it. Taking the departure time there saved ~200 ns per cold ACK and
-   * broke exactly that (live timelines merged iterations). */
   __u64 now = 0;
-  if (dir == NP_DIR_EGRESS && skb->tstamp_type == BPF_SKB_TSTAMP_DELIVERY_MONO) now = skb->tstamp;
-  np_account(&p, segs, now);
+  if (dir == NP_DIR_EGRESS) now = np_egress_time(skb);
+  np_account_pkt(&p, segs, now);
   return 0; /* TC_ACT_OK */
 }
 
@@ -178,7 +221,7 @@ int np_xdp(struct xdp_md* ctx) {
   }
   p.key.ifindex = ctx->ingress_ifindex;
   p.key.dir = NP_DIR_INGRESS;
-  np_account(&p, 1, 0);
+  np_account_pkt(&p, 1, 0);
   return XDP_PASS;
 }
 
@@ -195,8 +238,8 @@ struct np_flush_ctx {
 /* A flow in an np_front slot: nothing is deleted, the slot is freed under its lock (a data-path CPU checks
  * `used` and the key under that lock, so a packet lands either in the burst that leaves here or in a new
  * one). */
-static __always_inline long np_flush_slot(struct np_flush_req* req, const struct np_flow_key* key,
-                                          __u32 idx) {
+static __always_inline long np_flush_slot(struct np_flush_req* req, const struct np_flow_key* key, __u32 idx,
+                                          bool compat) {
   struct np_front_slot* fs = bpf_map_lookup_elem(&np_front, &idx);
   if (!fs) return 0; /* index out of range: nothing there */
   struct np_flowlet* rec = bpf_ringbuf_reserve(&np_events, sizeof(struct np_flowlet), 0);
@@ -206,7 +249,7 @@ static __always_inline long np_flush_slot(struct np_flush_req* req, const struct
     return 0;
   }
   bool all = req->flags & NP_FLUSH_ALL;
-  if (!np_lock(&fs->lock, NP_LOCK_FLUSH_SPINS)) {
+  if (!np_lock(&fs->lock, NP_LOCK_FLUSH_SPINS, compat)) {
     bpf_ringbuf_discard(rec, 0);
     req->deferred++;
     np_count(NP_CNT_FLUSH_DEFERRED);
@@ -231,11 +274,11 @@ static __always_inline long np_flush_slot(struct np_flush_req* req, const struct
   return 0;
 }
 
-static long np_flush_one(__u64 i, struct np_flush_ctx* c) {
+static __always_inline long np_flush_key(__u64 i, struct np_flush_ctx* c, bool compat) {
   struct np_flush_req* req = c->req;
   if (i >= NP_FLUSH_BATCH) return 1;
   struct np_flow_key* key = &req->keys[i];
-  if (req->slots[i] != NP_FLUSH_IN_FLOWS) return np_flush_slot(req, key, req->slots[i]);
+  if (req->slots[i] != NP_FLUSH_IN_FLOWS) return np_flush_slot(req, key, req->slots[i], compat);
   struct np_flow_state* st = bpf_map_lookup_elem(&np_flows, key);
   if (!st) return 0; /* already gone */
   struct np_flowlet* rec = bpf_ringbuf_reserve(&np_events, sizeof(struct np_flowlet), 0);
@@ -246,7 +289,7 @@ static long np_flush_one(__u64 i, struct np_flush_ctx* c) {
   }
   bool all = req->flags & NP_FLUSH_ALL;
   bool emit = false, del = false;
-  if (!np_lock(&st->lock, NP_LOCK_FLUSH_SPINS)) {
+  if (!np_lock(&st->lock, NP_LOCK_FLUSH_SPINS, compat)) {
     bpf_ringbuf_discard(rec, 0);
     req->deferred++;
     np_count(NP_CNT_FLUSH_DEFERRED);
@@ -275,7 +318,7 @@ static long np_flush_one(__u64 i, struct np_flush_ctx* c) {
       req->deleted++;
     } else {
       /* Could not delete (bucket busy): revive the entry empty so the data path keeps using it. */
-      if (np_lock(&st->lock, NP_LOCK_SLOW_SPINS)) {
+      if (np_lock(&st->lock, NP_LOCK_SLOW_SPINS, compat)) {
         st->b.packets = 0;
         st->dead = 0;
         np_unlock(&st->lock);
@@ -283,6 +326,20 @@ static long np_flush_one(__u64 i, struct np_flush_ctx* c) {
     }
   }
   return 0;
+}
+
+/* Modern: bpf_loop's callback. */
+static long np_flush_one(__u64 i, struct np_flush_ctx* c) {
+  return np_flush_key(i, c, false);
+}
+
+/* Compat: one key of the flush request, as a global function (see np_flush). */
+__noinline int np_flush_entry(__u32 i) {
+  __u32 zero = 0;
+  struct np_flush_req* req = bpf_map_lookup_elem(&np_flush_req, &zero);
+  if (!req) return 0;
+  struct np_flush_ctx c = {.req = req};
+  return (int)np_flush_key(i, &c, true);
 }
 
 SEC("tc")
@@ -295,6 +352,15 @@ int np_flush(struct __sk_buff* skb) {
   req->deferred = 0;
   __u32 n = req->n;
   if (n > NP_FLUSH_BATCH) n = NP_FLUSH_BATCH;
+  if (np_compat) {
+    /* Bounded loop (5.3+) over a global function, verified once on its own: the loop costs the verifier
+     * ~5 instructions per key, where inlining the body would cost its whole length 64 times. */
+    for (__u32 i = 0; i < NP_FLUSH_BATCH; i++) {
+      if (i >= n) break;
+      np_flush_entry(i);
+    }
+    return 0;
+  }
   struct np_flush_ctx c = {.req = req};
   bpf_loop(n, np_flush_one, &c, 0);
   return 0;

@@ -77,6 +77,13 @@ std::unique_ptr<Probe> Probe::open(const ProbeOptions& opts, std::string& err) {
     return nullptr;
   }
   auto p = std::make_unique<Probe>(Key{});
+  p->impl_->features = detect_kernel_features();
+  VariantChoice choice = choose_variant(p->impl_->features, opts.variant);
+  if (!choice.error.empty()) {
+    err = choice.error;
+    return nullptr;
+  }
+  p->impl_->variant = choice.variant;
   int e = 0;
   {
     QuietLibbpf quiet;  // the verifier log would flood stderr; the last line goes into err
@@ -86,6 +93,7 @@ std::unique_ptr<Probe> Probe::open(const ProbeOptions& opts, std::string& err) {
       if (opts.max_flows) bpf_map__set_max_entries(p->impl_->skel->maps.np_flows, opts.max_flows);
       bpf_map__set_max_entries(p->impl_->skel->maps.np_front, front);
       p->impl_->skel->rodata->np_front_mask = front - 1;
+      p->impl_->skel->rodata->np_compat = choice.variant == ProbeVariant::kCompat ? 1 : 0;
       if (int r = probe::load(p->impl_->skel.get()); r != 0) {
         e = -r;
         p->impl_->skel.reset();
@@ -93,7 +101,8 @@ std::unique_ptr<Probe> Probe::open(const ProbeOptions& opts, std::string& err) {
     }
   }
   if (!p->impl_->skel) {
-    err = "cannot load the eBPF probe: " + std::string(std::strerror(e));
+    err = "cannot load the eBPF probe (" + std::string(variant_name(choice.variant)) +
+          " variant): " + std::string(std::strerror(e));
     if (!g_libbpf_last.empty()) err += " (libbpf: " + g_libbpf_last + ")";
     if (e == EPERM || e == EACCES) err += "; needs root or CAP_BPF+CAP_NET_ADMIN+CAP_PERFMON";
     return nullptr;
@@ -107,6 +116,13 @@ std::unique_ptr<Probe> Probe::open(const ProbeOptions& opts, std::string& err) {
   if (!p->set_thresholds(opts.gap_ns, opts.max_burst_ns, err)) return nullptr;
   if (!p->set_exclude(opts.exclude, err)) return nullptr;
   return p;
+}
+
+ProbeVariant Probe::variant() const {
+  return impl_->variant;
+}
+const KernelFeatures& Probe::features() const {
+  return impl_->features;
 }
 
 bool Probe::set_thresholds(uint64_t gap_ns, uint64_t max_burst_ns, std::string& err) {

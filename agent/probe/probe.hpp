@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "features.hpp"
 #include "netprism/addr.hpp"
 #include "netprism/flowlet.h"
 #include "netprism/probe_abi.h"
@@ -28,6 +29,9 @@ struct ProbeOptions {
   std::vector<Exclude> exclude;  // never observed (the agent's own aggregator connection)
   uint32_t max_flows = 0;        // flow-table entries (preallocated, 192 B each); 0: 65536
   uint32_t front_slots = 0;  // direct-mapped front of the flow table (128 B each, a power of two); 0: 2048
+  // Program variant (features.hpp): auto asks the kernel; modern or compat forces one (modern fails to open,
+  // with the reason, on a kernel without bpf_loop or __sk_buff.tstamp_type).
+  ProbeVariant variant = ProbeVariant::kAuto;
 };
 
 using FlowletSink = std::function<void(const np_flowlet&)>;  // times are kernel CLOCK_MONOTONIC ns
@@ -45,6 +49,9 @@ class Probe {
  public:
   // Loads the probe into the kernel. nullptr and a one-line reason on failure.
   static std::unique_ptr<Probe> open(const ProbeOptions& opts, std::string& err);
+  // The variant that was loaded (kModern or kCompat), and the kernel features it was chosen from.
+  ProbeVariant variant() const;
+  const KernelFeatures& features() const;
   ~Probe();  // detaches everything this Probe attached
   Probe(const Probe&) = delete;
   Probe& operator=(const Probe&) = delete;

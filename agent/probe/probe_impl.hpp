@@ -54,6 +54,8 @@ struct Probe::Impl {
   std::vector<XdpAttachment> xdp;
   RingCtx rctx;
   std::mutex flush_mu;  // one flush at a time: np_flush_req is a single slot
+  ProbeVariant variant = ProbeVariant::kCompat;
+  KernelFeatures features;
 };
 
 // While alive, libbpf's messages are captured (last one readable through last_libbpf_message()) instead of

@@ -22,8 +22,9 @@ root_packages=(
 # Loaded in this order by the initrd (dependencies first, from the kernel's modules.dep). crc32_generic:
 # without it `rdma link add ... type rxe` fails with "No such file or directory" (checked here, 6.1).
 # sch_ingress/cls_bpf: the agent's clsact qdisc and tc programs. 9p/overlay: the shared read-only root.
+# veth: the probe's kernel tests under this kernel (tests/bpf/vm_variants.py).
 modules=(virtio_pci virtio_net 9p 9pnet_virtio overlay crc32_generic udp_tunnel ip6_udp_tunnel ib_core
-  ib_uverbs rdma_rxe sch_ingress cls_bpf)
+  ib_uverbs rdma_rxe sch_ingress cls_bpf veth)
 
 need() {
   command -v "$1" >/dev/null && return

@@ -178,6 +178,21 @@ TEST(AgentBinary, FixtureRdmaSysfsShipsSamplesAndBurstsThenStopsCleanly) {
   EXPECT_EQ(last["rdma_read_errors"], 0u);
   EXPECT_TRUE(last.count("probe_packets"));
   EXPECT_TRUE(last.count("budget_level"));
+  EXPECT_TRUE(last.count("probe_variant_compat"));
+  EXPECT_NE(a.log().find("probe variant "), std::string::npos) << "the chosen variant is logged";
+}
+
+// The probe variant forced from the config file: loaded, logged and shipped in the counters.
+TEST(AgentBinary, ForcedCompatProbeVariantIsLoggedAndCounted) {
+  NP_REQUIRE_ROOT();
+  AgentProcess a("[probe]\nvariant = \"compat\"\n");
+  ASSERT_TRUE(a.start()) << a.log();
+  a.pump_for(300);
+  ASSERT_EQ(a.stop(), 0) << a.log();
+  ASSERT_FALSE(a.agg->batches.empty());
+  Counters last = a.agg->batches.back().counters;
+  EXPECT_EQ(last["probe_variant_compat"], 1u);
+  EXPECT_NE(a.log().find("probe variant compat (forced; kernel "), std::string::npos) << a.log();
 }
 
 TEST(AgentBinary, OverBudgetDegradesInStatedCountedSteps) {

@@ -41,6 +41,21 @@ for cap in CAP_BPF CAP_PERFMON CAP_NET_ADMIN; do
   [[ $(grep -c "missing capability $cap " <<<"$out") == 1 ]] || fail "no single line for $cap: $out"
 done
 
+# The kernel side: the probe variant the agent would load, and why (issue 16 item 5); forced by flag or file.
+out=$("$agent" --check --insecure --iface lo --spool-dir "$tmp/spool" 2>&1); rc=$?
+[[ $rc == 0 && $out == *"probe variant "*" (auto; kernel $(uname -r): bpf_loop "* ]] ||
+  fail "--check does not name the probe variant: rc $rc, $out"
+out=$("$agent" --check --insecure --iface lo --spool-dir "$tmp/spool" --probe-variant compat 2>&1); rc=$?
+[[ $rc == 0 && $out == *"probe variant compat (forced;"* ]] || fail "--probe-variant compat: rc $rc, $out"
+out=$("$agent" --check --insecure --iface lo --spool-dir "$tmp/spool" --probe-variant legacy 2>&1); rc=$?
+[[ $rc == 2 && $out == *"probe-variant"* ]] || fail "unknown variant not refused: rc $rc, $out"
+printf '[probe]\nvariant = "compat"\n' >"$tmp/variant.toml"
+out=$("$agent" --check --insecure --iface lo --spool-dir "$tmp/spool" --config "$tmp/variant.toml" 2>&1); rc=$?
+[[ $rc == 0 && $out == *"probe variant compat (forced;"* ]] || fail "probe.variant from the file: rc $rc, $out"
+printf '[probe]\nvariant = "old"\n' >"$tmp/variant.toml"
+out=$("$agent" --check --insecure --iface lo --spool-dir "$tmp/spool" --config "$tmp/variant.toml" 2>&1); rc=$?
+[[ $rc != 0 && $out == *"probe variant must be auto, modern or compat"* ]] || fail "bad probe.variant: rc $rc, $out"
+
 # A config file naming a missing interface is checked the same way; flags override it.
 printf 'iface = ["np-cfg%s"]\nspool_dir = "%s"\n' $$ "$tmp/s2" >"$tmp/agent.toml"
 out=$("$agent" --check --insecure --config "$tmp/agent.toml" 2>&1); rc=$?

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <map>
 #include <chrono>
+#include <ctime>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -35,15 +36,18 @@ std::vector<uint8_t> tcp_pkt(uint16_t sport, std::size_t payload = 100, const ch
   return PacketBuilder().eth().ipv4("10.5.0.1", dst).tcp(sport, dport, 0x10).payload(payload).build();
 }
 
-class ProbeBurst : public ::testing::Test {
+// Every test runs on every program variant (prog_run.hpp kVariants).
+class ProbeBurst : public ::testing::TestWithParam<agent::ProbeVariant> {
  protected:
   void SetUp() override {
     NP_REQUIRE_ROOT();
     std::string err;
     ProbeOptions o;
     o.max_flows = 4096;  // a few hundred flows at most per test
+    o.variant = GetParam();
     probe_ = Probe::open(o, err);
     ASSERT_TRUE(probe_) << err;
+    ASSERT_EQ(probe_->variant(), GetParam());
     tc_ = probe_->program_fd("np_tc_egress");
     xdp_ = probe_->program_fd("np_xdp");
   }
@@ -64,7 +68,7 @@ class ProbeBurst : public ::testing::Test {
   int tc_ = -1, xdp_ = -1;
 };
 
-TEST_F(ProbeBurst, DefaultsAreApplied) {
+TEST_P(ProbeBurst, DefaultsAreApplied) {
   EXPECT_EQ(probe_->gap_ns(), NP_DEFAULT_GAP_NS);
   EXPECT_EQ(probe_->max_burst_ns(), NP_DEFAULT_MAX_BURST_NS);
   std::string err;
@@ -72,7 +76,7 @@ TEST_F(ProbeBurst, DefaultsAreApplied) {
   EXPECT_NE(err.find("gap_ns"), std::string::npos);
 }
 
-TEST_F(ProbeBurst, PacketsWithinTheGapMakeOneBurst) {
+TEST_P(ProbeBurst, PacketsWithinTheGapMakeOneBurst) {
   thresholds(10 * kSec, 60 * kSec);
   run(tcp_pkt(1), 1000);
   run(tcp_pkt(1), 500, /*xdp=*/false);
@@ -84,7 +88,7 @@ TEST_F(ProbeBurst, PacketsWithinTheGapMakeOneBurst) {
   EXPECT_EQ(flows[0].second.b.bytes, 1500u * 140);
 }
 
-TEST_F(ProbeBurst, GapCutEmitsTheFinishedBurstAndFlushEmitsTheLast) {
+TEST_P(ProbeBurst, GapCutEmitsTheFinishedBurstAndFlushEmitsTheLast) {
   for (bool xdp : {false, true}) {
     SCOPED_TRACE(xdp ? "xdp" : "tc");
     thresholds(1 * kMs, 60 * kSec);
@@ -117,7 +121,7 @@ TEST_F(ProbeBurst, GapCutEmitsTheFinishedBurstAndFlushEmitsTheLast) {
 
 // A TCP direction carrying data also carries the ACKs of the other direction's data; on a shaped link they
 // go on long after its own last byte. A burst is timed by its data (see np_burst_add).
-TEST_F(ProbeBurst, PureAcksAreCountedButDoNotMoveADataBurstsEnd) {
+TEST_P(ProbeBurst, PureAcksAreCountedButDoNotMoveADataBurstsEnd) {
   thresholds(40 * kMs, 60 * kSec);
   uint64_t t0 = monotonic_now_ns();
   run(tcp_pkt(6, 100));
@@ -142,7 +146,7 @@ TEST_F(ProbeBurst, PureAcksAreCountedButDoNotMoveADataBurstsEnd) {
   EXPECT_LE(got[0].last_ns, t1);
 }
 
-TEST_F(ProbeBurst, AnAckOnlyBurstRestartsItsClockAtItsFirstData) {
+TEST_P(ProbeBurst, AnAckOnlyBurstRestartsItsClockAtItsFirstData) {
   thresholds(1 * kSec, 60 * kSec);
   run(tcp_pkt(7, 0), 2);  // ACKs alone: timed by themselves
   std::this_thread::sleep_for(10ms);
@@ -172,7 +176,7 @@ TEST_F(ProbeBurst, AnAckOnlyBurstRestartsItsClockAtItsFirstData) {
   }
 }
 
-TEST_F(ProbeBurst, LongBurstIsCutAtMaxDuration) {
+TEST_P(ProbeBurst, LongBurstIsCutAtMaxDuration) {
   thresholds(10 * kSec, 2 * kMs);
   run(tcp_pkt(3));
   std::this_thread::sleep_for(10ms);
@@ -183,7 +187,7 @@ TEST_F(ProbeBurst, LongBurstIsCutAtMaxDuration) {
   EXPECT_EQ(got[0].packets, 1u);
 }
 
-TEST_F(ProbeBurst, IdleFlushLeavesActiveFlowsAlone) {
+TEST_P(ProbeBurst, IdleFlushLeavesActiveFlowsAlone) {
   thresholds(10 * kSec, 60 * kSec);
   run(tcp_pkt(4));
   auto sink = [](const np_flowlet&) {};
@@ -196,7 +200,7 @@ TEST_F(ProbeBurst, IdleFlushLeavesActiveFlowsAlone) {
   EXPECT_EQ(dump_flows(*probe_).size(), 1u);
 }
 
-TEST_F(ProbeBurst, ShutdownFlushEmitsEveryFlow) {
+TEST_P(ProbeBurst, ShutdownFlushEmitsEveryFlow) {
   thresholds(10 * kSec, 60 * kSec);
   for (uint16_t s = 100; s < 300; ++s) run(tcp_pkt(s, s));  // more flows than one flush batch
   std::vector<np_flowlet> got;
@@ -212,7 +216,7 @@ TEST_F(ProbeBurst, ShutdownFlushEmitsEveryFlow) {
   EXPECT_TRUE(dump_flows(*probe_).empty());
 }
 
-TEST_F(ProbeBurst, FullFlowTableIsCountedNotSilent) {
+TEST_P(ProbeBurst, FullFlowTableIsCountedNotSilent) {
   std::string err;
   ProbeOptions o;
   o.max_flows = 8;
@@ -228,7 +232,7 @@ TEST_F(ProbeBurst, FullFlowTableIsCountedNotSilent) {
   EXPECT_EQ(c[NP_CNT_MAP_BUSY], 0u);
 }
 
-TEST_F(ProbeBurst, ExclusionListHidesTheAgentsOwnTraffic) {
+TEST_P(ProbeBurst, ExclusionListHidesTheAgentsOwnTraffic) {
   std::string err;
   ProbeOptions::Exclude agg{*parse_addr("10.9.9.9"), 7470};
   ProbeOptions::Exclude host{*parse_addr("10.8.8.8"), 0};
@@ -249,7 +253,7 @@ TEST_F(ProbeBurst, ExclusionListHidesTheAgentsOwnTraffic) {
   EXPECT_EQ(probe_->counters()[NP_CNT_EXCLUDED], mid[NP_CNT_EXCLUDED]);
 }
 
-TEST_F(ProbeBurst, GsoPacketCountsEverySegment) {
+TEST_P(ProbeBurst, GsoPacketCountsEverySegment) {
   thresholds(10 * kSec, 60 * kSec);
   // A 3-segment super-packet of 3000 payload bytes (the skb test harness takes at most ~one page): 3 packets,
   // 3 IP+TCP headers.
@@ -265,7 +269,7 @@ TEST_F(ProbeBurst, GsoPacketCountsEverySegment) {
 // Only a CLOCK_MONOTONIC delivery time (a local TCP departure time, egress) may replace the clock; a
 // timestamp of another clock (a receive time in CLOCK_REALTIME) must be ignored. The mono case runs for real
 // in probe_veth_test (the harness cannot set tstamp_type).
-TEST_F(ProbeBurst, TimestampsOfAnotherClockAreIgnored) {
+TEST_P(ProbeBurst, TimestampsOfAnotherClockAreIgnored) {
   thresholds(10 * kSec, 60 * kSec);
   auto pkt = tcp_pkt(8);
   uint64_t before = monotonic_now_ns();
@@ -280,7 +284,54 @@ TEST_F(ProbeBurst, TimestampsOfAnotherClockAreIgnored) {
   }
 }
 
-TEST_F(ProbeBurst, RoceOpcodeClassesAndQpsPerBurst) {
+// What an egress skb->tstamp of an unmarked clock means per variant (bpf/README.md "Kernel variants"). The
+// harness cannot set tstamp_type, so modern (which trusts only a stamp marked CLOCK_MONOTONIC) reads the
+// clock for every one of these. Compat has no mark to read: it takes a stamp within [-1 s, +10 s] of the
+// clock as TCP's departure time (a paced departure lies ahead of the hook) and reads the clock otherwise
+// (a CLOCK_REALTIME or TAI stamp is decades away). Ingress reads the clock in both.
+TEST_P(ProbeBurst, EgressTimestampOfAnUnmarkedClock) {
+  const bool compat = GetParam() == agent::ProbeVariant::kCompat;
+  thresholds(100 * kSec, 600 * kSec);
+  timespec rt{};
+  clock_gettime(CLOCK_REALTIME, &rt);
+  const uint64_t realtime = static_cast<uint64_t>(rt.tv_sec) * kSec + static_cast<uint64_t>(rt.tv_nsec);
+  const uint64_t now = monotonic_now_ns();
+  struct Case {
+    const char* what;
+    uint64_t tstamp;
+    bool taken;  // by compat on egress
+  } cases[] = {{"paced departure 5 ms ahead", now + 5 * kMs, true},
+               {"departure 200 ms ago", now - 200 * kMs, true},
+               {"20 s ahead: beyond fq's horizon", now + 20 * kSec, false},
+               {"2 s ago", now - 2 * kSec, false},
+               {"CLOCK_REALTIME", realtime, false},
+               {"CLOCK_TAI-like", realtime + 37 * kSec, false}};
+  uint16_t port = 9000;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    for (bool egress : {true, false}) {
+      const uint16_t sport = port++;
+      int fd = egress ? tc_ : probe_->program_fd("np_tc_ingress");
+      const uint64_t before = monotonic_now_ns();
+      ASSERT_EQ(run_prog(fd, true, tcp_pkt(sport), 1, 0, c.tstamp).err, 0);
+      const uint64_t after = monotonic_now_ns();
+      bool found = false;
+      for (const auto& [k, st] : dump_flows(*probe_)) {
+        if (k.sport != sport) continue;
+        found = true;
+        if (compat && egress && c.taken) {
+          EXPECT_EQ(st.b.first_ns, c.tstamp) << "compat takes a departure time near the clock";
+        } else {
+          EXPECT_GE(st.b.first_ns, before) << (egress ? "egress" : "ingress") << " reads the clock";
+          EXPECT_LE(st.b.first_ns, after);
+        }
+      }
+      EXPECT_TRUE(found);
+    }
+  }
+}
+
+TEST_P(ProbeBurst, RoceOpcodeClassesAndQpsPerBurst) {
   thresholds(10 * kSec, 60 * kSec);
   auto roce = [](uint8_t op, uint32_t qp, uint32_t psn) {
     return PacketBuilder()
@@ -320,7 +371,7 @@ TEST_F(ProbeBurst, RoceOpcodeClassesAndQpsPerBurst) {
   }
 }
 
-TEST_F(ProbeBurst, FullRingBufferIsCountedNotSilent) {
+TEST_P(ProbeBurst, FullRingBufferIsCountedNotSilent) {
   thresholds(1'000, 60 * kSec);  // 1 us gap: every separate test run closes the previous burst
   auto pkt = tcp_pkt(7);
   const int runs = 60'000;  // > 4 MiB / 112 B bursts
@@ -394,29 +445,31 @@ void flush_races_data_path(Probe& probe) {
       (unsigned long long)c[NP_CNT_FLUSH_DEFERRED]);
 }
 
-TEST_F(ProbeBurst, FlushRacingTheDataPathLosesNothingUncounted) {
+TEST_P(ProbeBurst, FlushRacingTheDataPathLosesNothingUncounted) {
   flush_races_data_path(*probe_);
 }
 
 // The same race when the 8 flows share one front slot: one lives there, the others in np_flows, and the slot
 // keeps changing hands as the flush frees it (claims and inserts race with the flush and each other).
-TEST_F(ProbeBurst, FlushRacingFlowsThatShareAFrontSlotLosesNothingUncounted) {
+TEST_P(ProbeBurst, FlushRacingFlowsThatShareAFrontSlotLosesNothingUncounted) {
   std::string err;
   ProbeOptions o;
   o.max_flows = 4096;
   o.front_slots = 1;
+  o.variant = GetParam();
   auto shared = Probe::open(o, err);
   ASSERT_TRUE(shared) << err;
   flush_races_data_path(*shared);
 }
 
 // Flows that share a front slot: the first takes it, the others live in np_flows; each keeps one burst.
-TEST_F(ProbeBurst, FlowsSharingAFrontSlotKeepOneBurstEach) {
+TEST_P(ProbeBurst, FlowsSharingAFrontSlotKeepOneBurstEach) {
   std::string err;
   ProbeOptions o;
   o.max_flows = 64;
   o.front_slots = 1;
   o.gap_ns = 10 * kSec;
+  o.variant = GetParam();
   auto shared = Probe::open(o, err);
   ASSERT_TRUE(shared) << err;
   int fd = shared->program_fd("np_tc_egress");
@@ -434,6 +487,9 @@ TEST_F(ProbeBurst, FlowsSharingAFrontSlotKeepOneBurstEach) {
   EXPECT_TRUE(dump_flows(*shared).empty());
   EXPECT_EQ(shared->counters()[NP_CNT_FLOW_RACE], 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Variants, ProbeBurst, ::testing::ValuesIn(kVariants),
+                         [](const auto& i) { return std::string(agent::variant_name(i.param)); });
 
 }  // namespace
 }  // namespace netprism::test

@@ -5,6 +5,7 @@
 // InfiniBand BTH format (no RDMA hardware here).
 #include <arpa/inet.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -232,25 +233,33 @@ std::vector<Row> truncated_rows() {
   return out;
 }
 
-std::unique_ptr<Probe> g_probe;
+using agent::ProbeVariant;
 
-class ProbeTable : public ::testing::TestWithParam<std::tuple<Row, Entry>> {
+// One probe per variant per process (loading takes ~0.3-1.5 s here): CTest runs each variant's rows in one
+// process (tests/bpf/CMakeLists.txt).
+std::map<ProbeVariant, std::unique_ptr<Probe>> g_probes;
+
+class ProbeTable : public ::testing::TestWithParam<std::tuple<Row, Entry, ProbeVariant>> {
  protected:
-  static void SetUpTestSuite() {
-    if (geteuid() != 0 || g_probe) return;
-    std::string err;
-    ProbeOptions o;
-    o.gap_ns = 1'000'000'000;  // no gap cut inside one row
-    o.max_flows = 256;         // one flow per row: a small table loads faster
-    g_probe = Probe::open(o, err);
-    ASSERT_TRUE(g_probe) << err;
-  }
   void SetUp() override {
     NP_REQUIRE_ROOT();
-    ASSERT_TRUE(g_probe);
-    clear_flows(*g_probe);
-    g_probe->poll([](const np_flowlet&) {});
+    const ProbeVariant v = std::get<2>(GetParam());
+    auto& slot = g_probes[v];
+    if (!slot) {
+      std::string err;
+      ProbeOptions o;
+      o.gap_ns = 1'000'000'000;  // no gap cut inside one row
+      o.max_flows = 256;         // one flow per row: a small table loads faster
+      o.variant = v;
+      slot = Probe::open(o, err);
+      ASSERT_TRUE(slot) << err;
+      ASSERT_EQ(slot->variant(), v);
+    }
+    probe_ = slot.get();
+    clear_flows(*probe_);
+    probe_->poll([](const np_flowlet&) {});
   }
+  Probe* probe_ = nullptr;
 };
 
 Addr16 addr(const std::string& s) {
@@ -260,17 +269,17 @@ Addr16 addr(const std::string& s) {
 }
 
 TEST_P(ProbeTable, PacketGivesExpectedFlowOrCounter) {
-  const auto& [row, entry] = GetParam();
+  const auto& [row, entry, variant] = GetParam();
   const auto& w = row.want;
-  int fd = g_probe->program_fd(entry_prog(entry));
+  int fd = probe_->program_fd(entry_prog(entry));
   ASSERT_GE(fd, 0);
-  auto before = g_probe->counters();
+  auto before = probe_->counters();
   auto r = run_prog(fd, entry_is_tc(entry), row.pkt);
   ASSERT_EQ(r.err, 0) << "BPF_PROG_TEST_RUN failed";
   EXPECT_EQ(r.retval, entry_is_tc(entry) ? 0u /* TC_ACT_OK */ : 2u /* XDP_PASS */);
-  auto after = g_probe->counters();
+  auto after = probe_->counters();
   EXPECT_EQ(after[NP_CNT_PACKETS] - before[NP_CNT_PACKETS], 1u);
-  auto flows = dump_flows(*g_probe);
+  auto flows = dump_flows(*probe_);
   for (uint32_t c = NP_CNT_NON_IP; c < NP_CNT_MAX; ++c) {
     if (c == NP_CNT_BURSTS_EMITTED) continue;
     uint64_t want = (c == w.reason) ? 1 : 0;
@@ -305,15 +314,17 @@ TEST_P(ProbeTable, PacketGivesExpectedFlowOrCounter) {
     EXPECT_EQ(st.b.roce_ops[c], c == w.roce_class ? 1u : 0u) << "class " << c;
 }
 
-std::string row_name(const ::testing::TestParamInfo<std::tuple<Row, Entry>>& info) {
+std::string row_name(const ::testing::TestParamInfo<std::tuple<Row, Entry, ProbeVariant>>& info) {
   const char* e[] = {"tc_ingress", "tc_egress", "xdp"};
-  return std::get<0>(info.param).name + "_" + e[static_cast<int>(std::get<1>(info.param))];
+  return std::get<0>(info.param).name + "_" + e[static_cast<int>(std::get<1>(info.param))] + "_" +
+         agent::variant_name(std::get<2>(info.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(Packets, ProbeTable,
                          ::testing::Combine(::testing::ValuesIn(rows()),
                                             ::testing::Values(Entry::kTcIngress, Entry::kTcEgress,
-                                                              Entry::kXdp)),
+                                                              Entry::kXdp),
+                                            ::testing::ValuesIn(kVariants)),
                          row_name);
 // The kernel's skb test harness itself rejects an untagged IP ethertype followed by less than an IP header
 // (bpf_prog_test_run_skb reads it to fill in the socket), so those few rows run through XDP only.
@@ -330,11 +341,12 @@ std::vector<Row> truncated_rows_for_tc() {
 
 INSTANTIATE_TEST_SUITE_P(Truncated, ProbeTable,
                          ::testing::Combine(::testing::ValuesIn(truncated_rows_for_tc()),
-                                            ::testing::Values(Entry::kTcIngress, Entry::kTcEgress)),
+                                            ::testing::Values(Entry::kTcIngress, Entry::kTcEgress),
+                                            ::testing::ValuesIn(kVariants)),
                          row_name);
 INSTANTIATE_TEST_SUITE_P(TruncatedXdp, ProbeTable,
                          ::testing::Combine(::testing::ValuesIn(truncated_rows()),
-                                            ::testing::Values(Entry::kXdp)),
+                                            ::testing::Values(Entry::kXdp), ::testing::ValuesIn(kVariants)),
                          row_name);
 
 }  // namespace

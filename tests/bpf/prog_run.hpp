@@ -18,6 +18,10 @@ namespace netprism::test {
 
 enum class Entry { kTcIngress, kTcEgress, kXdp };
 
+// Every program variant the loader can choose (bpf/README.md "Kernel variants"): the kernel tests run each.
+inline constexpr agent::ProbeVariant kVariants[] = {agent::ProbeVariant::kModern,
+                                                    agent::ProbeVariant::kCompat};
+
 inline const char* entry_prog(Entry e) {
   switch (e) {
     case Entry::kTcIngress:
