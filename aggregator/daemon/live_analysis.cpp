@@ -29,6 +29,10 @@ analysis::StreamingAnalysis::Limits limits(const Settings& s) {
   // A connection costs a few hundred bytes with its flows; a tenth of the transfer bound (200,000 by
   // default) is far above a cluster's training connections (a 1,000-node job has tens of thousands).
   l.max_conns = std::max<size_t>(1024, static_cast<size_t>(s.analysis_max_events) / 10);
+  // Re-analysis per pass at most ~0.4 of the pass interval (400 ms at the default 1 s): what is left waits
+  // for the next pass, least recently analysed first (StreamingAnalysis::Limits::pass_budget_ns), so one
+  // large job cannot hold the others' iterations back by more than a pass.
+  l.pass_budget_ns = static_cast<uint64_t>(s.analysis_interval_ms) * 400'000ull;
   return l;
 }
 
@@ -107,6 +111,11 @@ std::shared_ptr<const Snapshot> LiveAnalysis::latest() const {
 uint64_t LiveAnalysis::dropped() const {
   std::lock_guard lk(mu_);
   return dropped_ + engine_dropped_;
+}
+
+uint64_t LiveAnalysis::deferred() const {
+  std::lock_guard lk(mu_);
+  return engine_deferred_;
 }
 
 void LiveAnalysis::run(std::stop_token stop) {
@@ -223,6 +232,7 @@ void LiveAnalysis::publish(uint64_t now, std::chrono::steady_clock::time_point s
   const auto& st = engine_.stats();
   std::lock_guard lk(mu_);
   engine_dropped_ = st.dropped_events + st.dropped_xfers;
+  engine_deferred_ = st.deferred;
   latest_ = std::move(snap);
 }
 
