@@ -36,7 +36,7 @@ class StreamingAnalysis {
     uint64_t window_ns = 600'000'000'000ull;  // a connection silent for this long is forgotten
     size_t max_xfers = 2'000'000;             // transfers kept for the tails (32 B each)
     size_t max_conns = 200'000;               // connections tracked (a few hundred bytes each)
-    // Wall time a pass may spend re-analysing jobs (0: no limit, as offline and in the golden replays).
+    // CPU time a pass may spend re-analysing jobs (0: no limit, as offline and in the golden replays).
     // Jobs are taken least recently analysed first; once the budget is spent the others keep their last
     // result until a later pass (counted: Stats::deferred), so one huge job delays the rest by at most a
     // pass and never starves them.

@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 #include <thread>
+#include <ctime>
 
 #include "batch_codec.hpp"
 #include "log.hpp"
@@ -52,6 +53,12 @@ std::string signature(const analysis::Job& j) {
     sig += std::to_string(v);
   }
   return sig;
+}
+
+std::chrono::nanoseconds thread_cpu() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
 }
 
 }  // namespace
@@ -141,16 +148,18 @@ void LiveAnalysis::run(std::stop_token stop) {
       continue;
     }
     auto t0 = std::chrono::steady_clock::now();
+    const auto cpu0 = thread_cpu();
     try {
       pass(writer.get());
     } catch (const std::exception& e) {
       log_line(std::string("analysis pass failed: ") + e.what());
     }
-    auto took = std::chrono::steady_clock::now() - t0;
-    // At least the configured interval, and at least twice the pass' own time: the analysis never takes
-    // more than a third of a core, whatever the load (ingest shares the machine).
+    // At least the configured interval, and at least three times the pass' own CPU time: the analysis never
+    // takes more than a third of a core, whatever the load (ingest shares the machine). CPU time, not wall:
+    // when other processes hold the cores, a pass' wall time stretches (10x at load 17 on 2 cores) without
+    // it using more, and waiting 3x that wall time made the live view lag by tens of seconds.
     next = t0 + std::max<std::chrono::steady_clock::duration>(
-                    std::chrono::milliseconds(s_.analysis_interval_ms), 3 * took);
+                    std::chrono::milliseconds(s_.analysis_interval_ms), 3 * (thread_cpu() - cpu0));
   }
 }
 

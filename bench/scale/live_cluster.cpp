@@ -216,8 +216,8 @@ void Cluster::start_job(uint64_t now) {
   auto s = simulate(cs);
   Job j;
   j.id = next_id_++;
-  j.nodes.assign(free_.end() - size, free_.end());
-  free_.resize(free_.size() - static_cast<size_t>(size));
+  j.nodes.assign(free_.begin(), free_.begin() + size);
+  free_.erase(free_.begin(), free_.begin() + size);
   const auto& its = s.truth["jobs"][0]["iterations"];
   const uint64_t it0 = its.front()["start_ns"].get<uint64_t>();
   j.span = its.back()["end_ns"].get<uint64_t>() - it0;
@@ -255,7 +255,10 @@ void Cluster::emit_job(Job& j, uint64_t cut, std::vector<std::vector<Flowlet>>& 
     const uint64_t shift = j.base + j.copy * j.span;
     if (t.end_ns + shift > cut) return;
     const int src = j.nodes[static_cast<size_t>(t.src)], dst = j.nodes[static_cast<size_t>(t.dst)];
-    const uint16_t sport = src_port(src, dst);
+    // A new job on nodes an earlier one used has QPs of its own, hence other UDP source ports (RoCEv2 derives
+    // them from the QP): the same port would make both jobs one connection, i.e. one job.
+    const uint16_t sport = static_cast<uint16_t>(
+        49152 + (src_port(src, dst) * 31u + static_cast<uint32_t>(j.id) * 7919u) % 16384);
     // One message per NIC (rail), each on its own QP, reported by the sender (egress) and the receiver.
     for (int r = 0; r < nics; ++r) {
       const uint32_t qpn = t.qpn * static_cast<uint32_t>(nics) + static_cast<uint32_t>(r);
@@ -277,8 +280,9 @@ void Cluster::emit(uint64_t cut, std::vector<std::vector<Flowlet>>& per) {
       ++it;
       continue;
     }
+    // Freed nodes go to the back: jobs take from the front, the nodes free the longest.
+    std::shuffle(it->nodes.begin(), it->nodes.end(), rng_);
     free_.insert(free_.end(), it->nodes.begin(), it->nodes.end());
-    std::shuffle(free_.begin(), free_.end(), rng_);
     starts_.push_back(cut + std::uniform_int_distribution<uint64_t>(1, 5)(rng_) * kSec);
     it = jobs_.erase(it);
   }
