@@ -187,11 +187,16 @@ void Cluster::load_replay(const std::string& spec) {
 }
 
 void Cluster::start_job(uint64_t now) {
-  // Size: 8-512 nodes, uniform over the powers of two that fit the free nodes; shape: PP 1-8; step 0.5-10 s;
+  // Size: 8-512 nodes, uniform over the powers of two allowed (below); shape: PP 1-8; step 0.5-10 s;
   // length 15-50 % of the run, so jobs start and end all along it.
+  // Sizes up to twice the fair share of the free nodes among the jobs still to start, so that `jobs` of
+  // them run at once; one in eight may take anything that fits (the 256-512-node jobs).
+  const size_t open =
+      std::max<size_t>(1, static_cast<size_t>(o_.jobs) - std::min<size_t>(jobs_.size(), o_.jobs));
+  const int cap = rng_() % 8 == 0 ? 512 : static_cast<int>(2 * free_.size() / open);
   std::vector<int> sizes;
   for (int s = 8; s <= 512; s *= 2)
-    if (s <= static_cast<int>(free_.size())) sizes.push_back(s);
+    if (s <= static_cast<int>(free_.size()) && (s <= cap || s == 8)) sizes.push_back(s);
   if (sizes.empty()) {
     starts_.push_back(now + kSec);
     return;

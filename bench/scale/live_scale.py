@@ -199,7 +199,7 @@ def measure(q, agg, simp, truth_path, offline, minutes, nodes, jobs):
     vis, replays = Visibility(), []
     counts, rss, loads, sim_lines = {}, [], [], []
     start = time.time()
-    tf, next_rss = None, 0
+    tf, next_rss, partial = None, 0, ""
     os.set_blocking(simp.stdout.fileno(), False)
     while simp.poll() is None:
         now = time.time()
@@ -208,9 +208,12 @@ def measure(q, agg, simp, truth_path, offline, minutes, nodes, jobs):
             print(line.strip(), flush=True)
         if tf is None and os.path.exists(truth_path):
             tf = open(truth_path)
-        for line in (tf.readlines() if tf else []):
-            rec = json.loads(line)
-            (vis.add_truth if rec["kind"] == "sim" else replays.append)(rec)
+        partial += tf.read() if tf else ""
+        *lines, partial = partial.split("\n")  # a line being written stays for the next round
+        for line in lines:
+            if line.strip():
+                rec = json.loads(line)
+                (vis.add_truth if rec["kind"] == "sim" else replays.append)(rec)
         if now >= next_rss:
             rss.append((now - start, rss_mb(agg.pid)))
             if len(rss) % 10 == 0:
