@@ -58,16 +58,19 @@ Result StreamingAnalysis::pass(uint64_t now_ns) {
   Result r;
   r.jobs.resize(work.size());
   const uint64_t started = thread_cpu_ns();
+  bool progressed = false;  // a pass always re-analyses at least one due job: the least recently analysed
   for (size_t i : order) {
     History& h = *work[i].h;
-    if (lim_.pass_budget_ns && h.has_last && due(slices[i], h, now_ns) &&
+    if (lim_.pass_budget_ns && progressed && h.has_last && due(slices[i], h, now_ns) &&
         thread_cpu_ns() - started > lim_.pass_budget_ns) {
       ++stats_.deferred;  // counted (`netprism status`): its new iterations show up a pass later
       r.jobs[i] = last_result(h);
       r.jobs[i].nodes = std::move(work[i].names);
       continue;
     }
+    const uint64_t analysed = stats_.analysed;
     r.jobs[i] = current_job(n, slices[i], h, work[i].id, std::move(work[i].names), now_ns);
+    progressed = progressed || stats_.analysed != analysed;
   }
   std::unordered_map<uint64_t, std::string> job_of_uid;
   std::vector<uint64_t> keep_from(conns_.size(), now_ns > kTailNs ? now_ns - kTailNs : 0);
