@@ -36,6 +36,11 @@ class StreamingAnalysis {
     uint64_t window_ns = 600'000'000'000ull;  // a connection silent for this long is forgotten
     size_t max_xfers = 2'000'000;             // transfers kept for the tails (32 B each)
     size_t max_conns = 200'000;               // connections tracked (a few hundred bytes each)
+    // CPU time a pass may spend re-analysing jobs (0: no limit, as offline and in the golden replays).
+    // Jobs are taken least recently analysed first; once the budget is spent the others keep their last
+    // result until a later pass (counted: Stats::deferred), so one huge job delays the rest by at most a
+    // pass and never starves them.
+    uint64_t pass_budget_ns = 0;
   };
   // One observed event with interned strings (intern()); analysis/feed.hpp builds these from flowlets
   // without formatting text, and from FlowEvents.
@@ -51,6 +56,9 @@ class StreamingAnalysis {
     uint64_t dropped_xfers = 0;   // transfers evicted early because the transfer bound was reached
     uint64_t restitched = 0;      // tails that did not meet their job's history at a known boundary
     uint64_t structure_runs = 0;  // structure inferences run (the cache avoids most)
+    uint64_t analysed = 0;        // job re-analyses run in total
+    uint64_t reused = 0;          // jobs whose last result stood because nothing was due (see kReuseMinXfers)
+    uint64_t deferred = 0;        // jobs due but left to a later pass because the pass budget was spent
   };
 
   explicit StreamingAnalysis(Limits l);
@@ -78,22 +86,31 @@ class StreamingAnalysis {
   // ... and at least this much of the job's traffic: testbed runs (tens of seconds) are then analysed whole
   // every pass, exactly as offline, and 30 s is still cheap to redo each second for a 16-node job.
   static constexpr uint64_t kTailNs = 30'000'000'000ull;
-  // ... as long as that stays under this many transfers (a pass over 250,000 takes ~0.3 s on this machine's
-  // cores); beyond, kTailIterations only. Testbed-sized jobs (16 nodes, tens of thousands of transfers in
-  // 30 s) are far below it.
-  static constexpr size_t kTailMaxXfers = 250'000;
-  // A job whose tail is larger than that is re-analysed only once its new transfers reach half its tail
-  // (so the work per new transfer stays constant: at most 2 tail transfers re-read per new one), or when its
-  // last analysis is kStaleNs old (its state, e.g. a hang, must still be noticed when nothing new arrives).
-  // Small jobs are re-analysed every pass: their iterations show up within a pass of their end.
+  // ... as long as that stays under this many transfers; beyond, kTailIterations only. Testbed-sized jobs
+  // (4-16 nodes, hundreds to a few thousand transfers in a whole run) are far below it. At 250,000 (before
+  // issue 20) a fast-stepping job re-read 30 s of its traffic every pass: live_curves measured an 8-node job
+  // with 40 ms steps at ~40,000 tail transfers a pass for ~1,000 new ones.
+  static constexpr size_t kTailMaxXfers = 20'000;
+  // A job whose last tail held more than kReuseMinXfers transfers is re-analysed only when something can
+  // have changed: a periodic one once its data passes the next expected boundary (last boundary + 0.95
+  // step; then every second of data until the boundary shows), an aperiodic one once it has an iteration's
+  // worth of new transfers (its tail / the iterations in it), and any of them when its last analysis is
+  // kStaleNs old (its state, e.g. a hang, must still be noticed when nothing new arrives). So a job costs
+  // one or two tail re-reads per iteration, not one per pass: live_curves measured a 1,000-node job's pass
+  // at 16 tail re-reads per new transfer before (a 16-iteration tail redone every second). Testbed-sized
+  // jobs (hundreds to a few thousand transfers in all) stay below the threshold and are re-analysed every
+  // pass, as the golden replays expect.
+  static constexpr size_t kReuseMinXfers = 20'000;
   static constexpr uint64_t kStaleNs = 5'000'000'000ull;
   // A job with no period in its last million transfers (seconds of a 1,000-node job's traffic, hours of a
   // 16-node one's) is re-examined over its last million only: bounds the pass of a large aperiodic "job"
   // (bulk transfers, a load generator) in time and memory.
   static constexpr size_t kAperiodicMaxXfers = 4 * kTailMaxXfers;
   // Per-node phases kept over all iterations of a job (a Phase is ~80 bytes): recent iterations keep them,
-  // older ones keep start/end/duration; a 1,000-node job keeps ~100 iterations' worth, a 16-node one 6,000.
-  static constexpr size_t kMaxPhases = 200'000;
+  // older ones keep start/end/duration; a 512-node job keeps ~100 iterations' worth, a 16-node one 3,000.
+  // A job's document is copied into every pass' result and snapshot: at 200,000 (16 MB a job) live_curves
+  // measured a pass of an 8-node job growing from 11 ms at 1,000 iterations to 42 ms at 80,000.
+  static constexpr size_t kMaxPhases = 50'000;
 
  private:
   static FlowKey flow_key(const Event& e);
@@ -138,12 +155,20 @@ class StreamingAnalysis {
     uint64_t first_ns = 0;
     std::vector<std::string> nodes;
     bool seen = false;  // present in the current pass
-    // The last result, reused while a large job has little new data (see kTailMaxXfers).
+    // The last result, reused while a large job has nothing due (see kReuseMinXfers); its iterations and
+    // findings are the history's own (not copied twice).
     Job last;
     bool has_last = false;
-    size_t last_tail = 0;   // transfers that analysis looked at
-    size_t last_conns = 0;  // connections the job had then
+    size_t last_tail = 0;        // transfers that analysis looked at
+    size_t last_conns = 0;       // connections the job had then
+    size_t tail_iterations = 0;  // iterations in that tail
     uint64_t analysed_ns = 0;
+    uint64_t next_due_ns = 0;  // data time from which a periodic job is due again (kReuseMinXfers)
+    // Sorted durations of iterations [0, settled_n): the step time's median over all iterations without
+    // re-reading them every pass.
+    std::vector<uint64_t> settled_durations;
+    size_t settled_n = 0;
+    size_t phases_from = 0;  // iterations below this index keep no phases (bound_phases)
   };
 
   uint32_t node_of_addr(uint32_t addr);
@@ -163,6 +188,10 @@ class StreamingAnalysis {
   // The job's last result while it is large and has little new data (kTailMaxXfers), else analyse_job().
   Job current_job(const Normalized& n, JobSlice& sl, History& h, const std::string& id,
                   std::vector<std::string> names, uint64_t now_ns);
+  static Job last_result(const History& h);  // h.last with the history's iterations and findings
+  bool due(const JobSlice& sl, const History& h, uint64_t now_ns) const;  // see kReuseMinXfers
+  void set_next_due(History& h, const JobSlice& sl, const Timeline& t);
+  static double step_median(History& h, size_t prefix);  // median iteration duration, ns
   Job analyse_job(const Normalized& n, JobSlice& slice, History& h, const std::string& id);
   void collect_tail(const Normalized& n, JobSlice& sl, const History& h);  // the tail's transfers, sorted
   Structure& cached_structure(const Normalized& n, const JobSlice& sl, History& h, bool young);

@@ -1,6 +1,7 @@
 // Streaming analysis, the pass: the connection table as normalize() would build it, jobs grouped from it,
 // and each job re-analysed over its tail and stitched onto its settled history (see incremental.hpp).
 #include <algorithm>
+#include <ctime>
 #include <tuple>
 
 #include "incremental.hpp"
@@ -16,6 +17,15 @@ constexpr uint64_t kRestructureNs = 600'000'000'000ull;
 // apart, and the same boundary computed from two overlapping ranges moves by at most a few transfers.
 constexpr double kStitchTolerance = 0.25;
 
+// CPU time of the calling thread: a pass' budget counts the work done, not the time other processes of a
+// busy machine held the core (on a shared 2-core machine at load 17 a pass' wall time was ~10x its CPU time,
+// and a wall-time budget deferred most jobs every pass).
+uint64_t thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 }  // namespace
 
 Result StreamingAnalysis::pass(uint64_t now_ns) {
@@ -23,10 +33,13 @@ Result StreamingAnalysis::pass(uint64_t now_ns) {
   expire(now_ns);
   Normalized n = connection_table(now_ns);
   std::vector<JobSlice> slices = job_slices(n);
-  Result r;
   for (auto& [id, h] : hist_) h.seen = false;
-  std::unordered_map<uint64_t, std::string> job_of_uid;
-  std::vector<uint64_t> keep_from(conns_.size(), now_ns > kTailNs ? now_ns - kTailNs : 0);
+  struct Work {
+    History* h;
+    std::string id;
+    std::vector<std::string> names;
+  };
+  std::vector<Work> work;
   for (auto& sl : slices) {
     std::vector<std::string> names;
     for (uint32_t v : sl.nodes) names.push_back(n.nodes[v]);
@@ -35,12 +48,37 @@ Result StreamingAnalysis::pass(uint64_t now_ns) {
     if (h.first_ns == 0) h.first_ns = sl.first_ns;
     h.nodes = names;
     h.seen = true;
-    r.jobs.push_back(current_job(n, sl, h, id, std::move(names), now_ns));
-    for (uint32_t c : sl.conns) {
-      job_of_uid[conns_[c].uid] = id;
-      keep_from[c] = h.tail_from;
-    }
+    work.push_back({&h, std::move(id), std::move(names)});
   }
+  // Least recently analysed first: with a pass budget, the jobs left over are those analysed most recently.
+  std::vector<size_t> order(work.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return work[a].h->analysed_ns < work[b].h->analysed_ns; });
+  Result r;
+  r.jobs.resize(work.size());
+  const uint64_t started = thread_cpu_ns();
+  bool progressed = false;  // a pass always re-analyses at least one due job: the least recently analysed
+  for (size_t i : order) {
+    History& h = *work[i].h;
+    if (lim_.pass_budget_ns && progressed && h.has_last && due(slices[i], h, now_ns) &&
+        thread_cpu_ns() - started > lim_.pass_budget_ns) {
+      ++stats_.deferred;  // counted (`netprism status`): its new iterations show up a pass later
+      r.jobs[i] = last_result(h);
+      r.jobs[i].nodes = std::move(work[i].names);
+      continue;
+    }
+    const uint64_t analysed = stats_.analysed;
+    r.jobs[i] = current_job(n, slices[i], h, work[i].id, std::move(work[i].names), now_ns);
+    progressed = progressed || stats_.analysed != analysed;
+  }
+  std::unordered_map<uint64_t, std::string> job_of_uid;
+  std::vector<uint64_t> keep_from(conns_.size(), now_ns > kTailNs ? now_ns - kTailNs : 0);
+  for (size_t i = 0; i < slices.size(); ++i)
+    for (uint32_t c : slices[i].conns) {
+      job_of_uid[conns_[c].uid] = work[i].id;
+      keep_from[c] = work[i].h->tail_from;
+    }
   job_of_uid_ = std::move(job_of_uid);
   std::erase_if(hist_, [](const auto& kv) { return !kv.second.seen; });
   prune(keep_from, now_ns);
@@ -120,21 +158,59 @@ std::string StreamingAnalysis::job_id_of(const JobSlice& sl, const std::vector<s
   return id;
 }
 
-Job StreamingAnalysis::current_job(const Normalized& n, JobSlice& sl, History& h, const std::string& id,
-                                   std::vector<std::string> names, uint64_t now_ns) {
+Job StreamingAnalysis::last_result(const History& h) {
+  Job j = h.last;
+  j.iterations = h.iterations;
+  j.findings = h.findings;
+  return j;
+}
+
+bool StreamingAnalysis::due(const JobSlice& sl, const History& h, uint64_t now_ns) const {
+  if (!h.has_last || h.last_tail <= kReuseMinXfers || h.last_conns != sl.conns.size()) return true;
+  if (now_ns >= h.analysed_ns + kStaleNs) return true;
   uint64_t fresh = 0;
   for (uint32_t c : sl.conns) fresh += conns_[c].fresh;
-  bool reuse = h.has_last && h.last_tail > kTailMaxXfers && fresh * 2 < h.last_tail &&
-               h.last_conns == sl.conns.size() && now_ns < h.analysed_ns + kStaleNs;
-  if (reuse) return h.last;
+  if (fresh == 0) return false;
+  if (h.next_due_ns) return sl.last_ns >= h.next_due_ns;  // periodic
+  return fresh * std::max<size_t>(1, h.tail_iterations) >= h.last_tail;
+}
+
+void StreamingAnalysis::set_next_due(History& h, const JobSlice& sl, const Timeline& t) {
+  // Periodic: due when the data passes the next expected boundary, and from then on every second of data
+  // (or quarter step, if shorter) until it shows. Aperiodic (no step): by new transfers (due()).
+  h.next_due_ns = 0;
+  if (h.boundaries.size() < 2 || t.step_ns <= 0) return;
+  const double step = t.step_ns;
+  uint64_t expected = h.boundaries.back() + static_cast<uint64_t>(0.95 * step);
+  uint64_t retry = sl.last_ns + static_cast<uint64_t>(std::min(1e9, 0.25 * step));
+  h.next_due_ns = std::max(expected, retry);
+}
+
+Job StreamingAnalysis::current_job(const Normalized& n, JobSlice& sl, History& h, const std::string& id,
+                                   std::vector<std::string> names, uint64_t now_ns) {
+  if (!due(sl, h, now_ns)) {
+    ++stats_.reused;
+    Job j = last_result(h);
+    j.nodes = std::move(names);
+    return j;
+  }
+  ++stats_.analysed;
   Job j = analyse_job(n, sl, h, id);
   j.nodes = std::move(names);
   for (uint32_t c : sl.conns) conns_[c].fresh = 0;
   h.last_tail = sl.xfers.size();
   h.last_conns = sl.conns.size();
   h.analysed_ns = now_ns;
-  h.has_last = h.last_tail > kTailMaxXfers;  // a copy only where it saves work
-  if (h.has_last) h.last = j;
+  // A copy where it can stand in for an analysis: a job large enough to be skipped, or any job when a pass
+  // budget may defer it.
+  h.has_last = h.last_tail > kReuseMinXfers || lim_.pass_budget_ns;
+  if (h.has_last) {  // without its iterations and findings: the history holds the same (last_result())
+    std::vector<Iteration> its = std::move(j.iterations);
+    std::vector<Finding> fs = std::move(j.findings);
+    h.last = j;
+    j.iterations = std::move(its);
+    j.findings = std::move(fs);
+  }
   sl.xfers = {};
   return j;
 }
@@ -150,19 +226,51 @@ Job StreamingAnalysis::analyse_job(const Normalized& n, JobSlice& sl, History& h
   j.parallelism = parallelism_of(n, sl, s);
   Timeline t = build_timeline(n, sl, s);
   std::vector<Iteration> local = iterations_of(n, sl, s, t);
-  settle_iterations(h, local, stitch_boundaries(h, t, young));
+  const size_t keep = stitch_boundaries(h, t, young);
+  settle_iterations(h, local, keep);
+  // Iterations [0, prefix) were left as they were; the rest came from this tail.
+  const size_t prefix = keep > 0 ? std::min(h.iterations.size(), keep - 1) : 0;
+  h.phases_from = std::min(h.phases_from, prefix);
+  h.tail_iterations = local.size();
   bound_phases(h);
   j.iterations = h.iterations;
-  {
-    std::vector<double> d;
-    for (const auto& x : j.iterations) d.push_back(static_cast<double>(x.duration_ns));
-    j.step_time_ms = (young ? t.step_ns : median(d)) / 1e6;
-  }
+  j.step_time_ms = (young ? t.step_ns : step_median(h, prefix)) / 1e6;
   j.state = job_state(n, sl, t.step_ns, j.iterations.size());
   merge_findings(h, diagnose(n, sl, s, t, local, j.state, n.now_ns, id), local, young);
   j.findings = h.findings;
   move_tail(h, sl, t);
+  set_next_due(h, sl, t);
   return j;
+}
+
+double StreamingAnalysis::step_median(History& h, size_t prefix) {
+  // median() of every iteration's duration: the settled prefix's durations are kept sorted (each added once),
+  // the tail's few sorted apart, and the k-th of the union read off the two.
+  auto& s = h.settled_durations;
+  if (prefix < h.settled_n) s.clear(), h.settled_n = 0;  // the tail reached back into it (a restitch)
+  for (; h.settled_n < prefix; ++h.settled_n) {
+    uint64_t d = h.iterations[h.settled_n].duration_ns;
+    s.insert(std::upper_bound(s.begin(), s.end(), d), d);
+  }
+  std::vector<uint64_t> t;
+  for (size_t k = prefix; k < h.iterations.size(); ++k) t.push_back(h.iterations[k].duration_ns);
+  std::sort(t.begin(), t.end());
+  const size_t total = s.size() + t.size();
+  if (total == 0) return 0;
+  auto kth = [&](size_t k) {  // 0-based k-th smallest of s and t together
+    for (size_t j = 0; j <= std::min(t.size(), k + 1); ++j) {
+      if (k + 1 - j > s.size()) continue;
+      size_t i = k + 1 - j;  // i from s, j from t make up the k + 1 smallest
+      bool ok =
+          (j == t.size() || i == 0 || s[i - 1] <= t[j]) && (i == s.size() || j == 0 || t[j - 1] <= s[i]);
+      if (ok) return std::max(i ? s[i - 1] : 0, j ? t[j - 1] : 0);
+    }
+    return uint64_t{0};
+  };
+  const size_t m = total / 2;
+  double hi = static_cast<double>(kth(m));
+  if (total % 2) return hi;
+  return (static_cast<double>(kth(m - 1)) + hi) / 2;
 }
 
 void StreamingAnalysis::collect_tail(const Normalized& n, JobSlice& sl, const History& h) {
@@ -232,8 +340,9 @@ size_t StreamingAnalysis::stitch_boundaries(History& h, const Timeline& t, bool 
     return (x > a ? x - a : a - x) < (y > a ? y - a : a - y);
   });
   uint64_t dist = *nearest > a ? *nearest - a : a - *nearest;
-  size_t keep = h.anchor + 1;  // boundaries of the history kept
-  std::vector<uint64_t> b(h.boundaries.begin(), h.boundaries.begin() + static_cast<long>(keep));
+  size_t keep = h.anchor + 1;  // boundaries of the history kept (in place: no copy of a long history)
+  auto& b = h.boundaries;
+  b.resize(keep);
   if (static_cast<double>(dist) <= kStitchTolerance * step) {
     b.insert(b.end(), nearest + 1, t.boundaries.end());
   } else {
@@ -241,7 +350,6 @@ size_t StreamingAnalysis::stitch_boundaries(History& h, const Timeline& t, bool 
     for (uint64_t x : t.boundaries)
       if (static_cast<double>(x) > static_cast<double>(a) + 0.5 * step) b.push_back(x);
   }
-  h.boundaries = std::move(b);
   return keep;
 }
 
@@ -266,19 +374,17 @@ void StreamingAnalysis::settle_iterations(History& h, const std::vector<Iteratio
 }
 
 void StreamingAnalysis::bound_phases(History& h) {
-  // The most recent iterations keep their phases, up to kMaxPhases in all; older ones keep start/end.
-  size_t kept = 0;
-  bool full = false;
-  for (size_t k = h.iterations.size(); k-- > 0;) {
-    auto& ph = h.iterations[k].phases;
-    full = full || kept + ph.size() > kMaxPhases;
-    if (!full) {
-      kept += ph.size();
-    } else if (!ph.empty()) {
-      ph.clear();
-      ph.shrink_to_fit();
-    }
+  // The most recent iterations keep their phases, up to kMaxPhases in all; older ones keep start/end. Only
+  // iterations from phases_from on can still have phases: the walk stops there.
+  size_t kept = 0, k = h.iterations.size();
+  while (k > h.phases_from && kept + h.iterations[k - 1].phases.size() <= kMaxPhases)
+    kept += h.iterations[--k].phases.size();
+  for (size_t i = h.phases_from; i < k; ++i) {
+    auto& ph = h.iterations[i].phases;
+    ph.clear();
+    ph.shrink_to_fit();
   }
+  h.phases_from = k;
 }
 
 void StreamingAnalysis::merge_findings(History& h, std::vector<Finding> fs,

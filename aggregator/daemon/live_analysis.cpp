@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 #include <thread>
+#include <ctime>
 
 #include "batch_codec.hpp"
 #include "log.hpp"
@@ -29,6 +30,10 @@ analysis::StreamingAnalysis::Limits limits(const Settings& s) {
   // A connection costs a few hundred bytes with its flows; a tenth of the transfer bound (200,000 by
   // default) is far above a cluster's training connections (a 1,000-node job has tens of thousands).
   l.max_conns = std::max<size_t>(1024, static_cast<size_t>(s.analysis_max_events) / 10);
+  // Re-analysis per pass at most ~0.4 of the pass interval (400 ms at the default 1 s): what is left waits
+  // for the next pass, least recently analysed first (StreamingAnalysis::Limits::pass_budget_ns), so one
+  // large job cannot hold the others' iterations back by more than a pass.
+  l.pass_budget_ns = static_cast<uint64_t>(s.analysis_interval_ms) * 400'000ull;
   return l;
 }
 
@@ -49,6 +54,12 @@ std::string signature(const analysis::Job& j) {
     sig += std::to_string(v);
   }
   return sig;
+}
+
+std::chrono::nanoseconds thread_cpu() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
 }
 
 }  // namespace
@@ -106,6 +117,11 @@ uint64_t LiveAnalysis::dropped() const {
   return dropped_ + engine_dropped_;
 }
 
+uint64_t LiveAnalysis::deferred() const {
+  std::lock_guard lk(mu_);
+  return engine_deferred_;
+}
+
 void LiveAnalysis::run(std::stop_token stop) {
   // Named so that its CPU time can be told apart from ingest's (bench/scale/run_load.sh reads it).
   pthread_setname_np(pthread_self(), "np-analysis");
@@ -129,16 +145,18 @@ void LiveAnalysis::run(std::stop_token stop) {
       continue;
     }
     auto t0 = std::chrono::steady_clock::now();
+    const auto cpu0 = thread_cpu();
     try {
       pass(writer.get());
     } catch (const std::exception& e) {
       log_line(std::string("analysis pass failed: ") + e.what());
     }
-    auto took = std::chrono::steady_clock::now() - t0;
-    // At least the configured interval, and at least twice the pass' own time: the analysis never takes
-    // more than a third of a core, whatever the load (ingest shares the machine).
+    // At least the configured interval, and at least three times the pass' own CPU time: the analysis never
+    // takes more than a third of a core, whatever the load (ingest shares the machine). CPU time, not wall:
+    // when other processes hold the cores, a pass' wall time stretches (10x at load 17 on 2 cores) without
+    // it using more, and waiting 3x that wall time made the live view lag by tens of seconds.
     next = t0 + std::max<std::chrono::steady_clock::duration>(
-                    std::chrono::milliseconds(s_.analysis_interval_ms), 3 * took);
+                    std::chrono::milliseconds(s_.analysis_interval_ms), 3 * (thread_cpu() - cpu0));
   }
 }
 
@@ -238,6 +256,7 @@ void LiveAnalysis::publish(uint64_t now, std::chrono::steady_clock::time_point s
   const auto& st = engine_.stats();
   std::lock_guard lk(mu_);
   engine_dropped_ = st.dropped_events + st.dropped_xfers;
+  engine_deferred_ = st.deferred;
   latest_ = std::move(snap);
 }
 

@@ -51,6 +51,9 @@ class LiveAnalysis {
   // Events the analysis could not take (pending queue full, connection table full) plus transfers it
   // evicted early at its memory bound: counted, never silent (`netprism status`: dropped_events).
   uint64_t dropped() const;
+  // Job re-analyses put off to a later pass because a pass' budget was spent (`netprism status`:
+  // deferred_jobs): nothing is lost, the job's new iterations show up a pass later.
+  uint64_t deferred() const;
 
  private:
   void pass(store::Store* writer);  // null: results are not persisted
@@ -73,7 +76,8 @@ class LiveAnalysis {
   uint64_t dropped_ = 0;
   std::shared_ptr<const Snapshot> latest_;
 
-  uint64_t engine_dropped_ = 0;  // the engine's counts, published for dropped()
+  uint64_t engine_dropped_ = 0;   // the engine's counts, published for dropped()
+  uint64_t engine_deferred_ = 0;  // ... and deferred()
 
   // Owned by the analysis thread.
   analysis::StreamingAnalysis engine_;

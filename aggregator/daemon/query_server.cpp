@@ -117,11 +117,9 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
   if (cmd == "status") {
     auto st = reg_.status(now, static_cast<uint64_t>(s_.connected_timeout_s) * 1000000000ull);
     auto snap = live_.latest();
-    st["analysis"] = {{"last_run_ns", snap->computed_ns},
-                      {"took_ms", snap->took_ns / 1e6},
-                      {"window_events", snap->events},
-                      {"jobs", snap->jobs.size()},
-                      {"dropped_events", live_.dropped()}};
+    st["analysis"] = {{"last_run_ns", snap->computed_ns},  {"took_ms", snap->took_ns / 1e6},
+                      {"window_events", snap->events},     {"jobs", snap->jobs.size()},
+                      {"dropped_events", live_.dropped()}, {"deferred_jobs", live_.deferred()}};
     st["connected_timeout_s"] = s_.connected_timeout_s;
     if (authenticated_)  // connections the ZAP handler refused (unknown keys), and the allowlists' sizes
       st["auth"] = {{"agent_keys", auth_->agents()},

@@ -13,6 +13,7 @@
 
 #include "netprism/addr.hpp"
 #include "netprism/cli.hpp"
+#include "live_cluster.hpp"
 #include "sim_model.hpp"
 #include "virtual_agents.hpp"
 
@@ -210,7 +211,27 @@ int main(int argc, char** argv) {
   load->add_option("--agents", agents, "virtual agents")->check(CLI::Range(1, 100000));
   load->add_option("--rate", rate, "records/s per agent")->check(CLI::Range(1, 1000000));
   load->add_option("--duration", duration, "seconds")->check(CLI::Range(1, 3600));
+  LiveClusterOptions live_opt;
+  auto* live = app.add_subcommand(
+      "live", "a large cluster in real time: synthetic jobs starting and ending, plus replayed recordings");
+  live->add_option("--aggregator", live_opt.endpoint, "aggregator ingest endpoint")->required();
+  live->add_option("--nodes", live_opt.nodes, "cluster nodes")->check(CLI::Range(8, 100000));
+  live->add_option("--jobs", live_opt.jobs, "concurrent synthetic jobs")->check(CLI::Range(0, 10000));
+  live->add_option("--nics", live_opt.nics, "NICs per node (flowlets per transfer and end)")
+      ->check(CLI::Range(1, 64));
+  live->add_option("--minutes", live_opt.minutes, "how long")->check(CLI::PositiveNumber);
+  live->add_option("--seed", live_opt.seed, "random seed");
+  live->add_option("--truth", live_opt.truth, "truth, JSON lines")->required();
+  live->add_option("--replay", live_opt.replays, "CSV:TOPOLOGY:COPIES, a recording replayed as copies");
   if (auto rc = cli::parse(app, argc, argv)) return *rc;
+  if (live->parsed()) {
+    raise_nofile(static_cast<size_t>(live_opt.nodes) * 2 + 4096);
+    try {
+      return run_live_cluster(live_opt);
+    } catch (const std::exception& e) {
+      return cli::fail("netprism-sim", e.what());
+    }
+  }
 
   if (load->parsed()) {
     raise_nofile(static_cast<size_t>(agents) * 2 + 256);

@@ -1,5 +1,6 @@
 #include "virtual_agents.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -63,7 +64,13 @@ void VirtualAgents::send_hello(Agent& a, int64_t now) {
   h.node = a.node;
   h.agent_version = std::string(kVersion) + "-sim";
   h.epoch = a.epoch;
-  h.interfaces = {{"sim0", 1, {a.addr}}};
+  std::vector<std::string> addrs;
+  for (size_t from = 0; from <= a.addr.size();) {
+    size_t comma = std::min(a.addr.find(',', from), a.addr.size());
+    addrs.push_back(a.addr.substr(from, comma - from));
+    from = comma + 1;
+  }
+  h.interfaces = {{"sim0", 1, addrs}};
   h.sent_ns = now_ns();
   a.sock->send(zmq::buffer(wire::encode(h)), zmq::send_flags::dontwait);
   a.hello_sent_ms = now;
@@ -94,6 +101,8 @@ void VirtualAgents::handle(Agent& a, const std::string& msg) {
         } else {
           ++stats_.batches_acked;
           stats_.records_acked += it->records;
+          if (it->sent_ms >= 0)
+            ++ack_ms_hist_[static_cast<size_t>(std::clamp<int64_t>(now_ms() - it->sent_ms, 0, 60'000))];
         }
         a.queue.erase(it);
         break;
@@ -161,6 +170,16 @@ int64_t VirtualAgents::lag_ms() const {
     if (!a.queue.empty() && (oldest < 0 || a.queue.front().queued_ms < oldest))
       oldest = a.queue.front().queued_ms;
   return oldest < 0 ? 0 : now_ms() - oldest;
+}
+
+double VirtualAgents::ack_quantile_ms(double q) const {
+  uint64_t total = 0;
+  for (uint64_t c : ack_ms_hist_) total += c;
+  if (total == 0) return -1;
+  uint64_t need = static_cast<uint64_t>(q * static_cast<double>(total)), seen = 0;
+  for (size_t ms = 0; ms < ack_ms_hist_.size(); ++ms)
+    if ((seen += ack_ms_hist_[ms]) > need) return static_cast<double>(ms);
+  return static_cast<double>(ack_ms_hist_.size() - 1);
 }
 
 uint64_t VirtualAgents::unacked_batches() const {

@@ -30,6 +30,7 @@ inline constexpr int kAckTimeoutMs = 5000;
 
 class VirtualAgents {
  public:
+  // addrs[i]: agent i's interface address, or several separated by commas (a node with one NIC per GPU).
   VirtualAgents(const std::string& endpoint, std::vector<std::string> nodes, std::vector<std::string> addrs);
   // Queues a batch of flowlets for agent i (sent by pump()).
   void enqueue(size_t agent, std::vector<Flowlet> flowlets);
@@ -44,6 +45,9 @@ class VirtualAgents {
   uint64_t unacked_batches() const;
   // Age of the oldest batch not yet acknowledged (0: none): how far behind ingest is, in time.
   int64_t lag_ms() const;
+  // Quantile q of the ACK latency (batch sent -> its ACK, ms; the last send of a resent batch), over every
+  // batch acknowledged so far; -1 before the first.
+  double ack_quantile_ms(double q) const;
 
  private:
   struct Pending {
@@ -66,6 +70,7 @@ class VirtualAgents {
   zmq::context_t ctx_;
   std::vector<Agent> agents_;
   AgentStats stats_;
+  std::vector<uint64_t> ack_ms_hist_ = std::vector<uint64_t>(60'001);  // 1 ms buckets, last: >= 60 s
 };
 
 int64_t now_ms();

@@ -254,3 +254,26 @@ TEST(StreamingAnalysis, RunsOfEventsAddExactlyAsOneByOne) {
   EXPECT_GT(passes, 20u);
   EXPECT_EQ(one.pass(t).jobs.size(), 2u);
 }
+
+// With a pass budget too small for more than one job, every pass still re-analyses the least recently
+// analysed job: each job's iterations keep coming (a pass later at most per other due job), the put-off
+// re-analyses are counted, and once the data stops the result is offline's.
+TEST(StreamingAnalysis, PassBudgetDefersRoundRobinAndCounts) {
+  synth::Spec a, b;
+  a.dp = 2, a.pp = 2, a.iters = 40;
+  b.dp = 4, b.pp = 1, b.iters = 40, b.node_base = 4, b.port_base = 41000, b.subnet = "10.0.1.";
+  b.start_ns = a.start_ns + 700'000'000;
+  Input in;
+  synth::generate(a, in);
+  synth::generate(b, in);
+  in = arrival_order(std::move(in));
+  StreamingAnalysis::Limits lim;
+  lim.pass_budget_ns = 1;  // spent by the first re-analysis of every pass
+  StreamingAnalysis sa(lim);
+  const uint64_t end = in.events.back().last_ns;
+  Result live = stream(sa, in, end + kSec / 2);
+  EXPECT_GT(sa.stats().deferred, 0u);
+  for (int k = 0; k < 4; ++k) live = sa.pass(end + kSec / 2);  // one job per pass: both catch up
+  in.now_ns = end + kSec / 2;
+  expect_same_jobs(live, analyze(in), 2);
+}
