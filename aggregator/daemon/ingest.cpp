@@ -31,6 +31,16 @@ constexpr std::size_t kGroupBytes = 64u << 20;
 constexpr auto kRetentionEvery = std::chrono::seconds(30);
 // Rejections are logged at most 10 lines/s (the rest are counted; see `netprism status`).
 constexpr int kRejectLogPerSecond = 10;
+// Frames up to this much above max_message_bytes are still received, to be answered with a reason; larger
+// ones make ZeroMQ drop the connection before it allocates them.
+constexpr int64_t kOversizeSlack = 64 << 10;
+// What ZeroMQ may queue per peer before this daemon reads it, in bytes: its receive high-water mark counts
+// messages, so it is set to this over the largest message (at least 2). With the default 16 MiB messages: 2
+// queued + 1 being received = 48 MiB per peer at most, whatever the peer sends.
+constexpr int64_t kPeerQueueBytes = 32 << 20;
+// Senders' buckets are forgotten once full again (an idle sender starts full anyway); checked when there are
+// more than this many, so the map stays bounded by the senders active within about a second.
+constexpr std::size_t kBucketsSweepAbove = 4096;
 }  // namespace
 
 struct Ingest::Frame {
@@ -72,9 +82,14 @@ Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalys
   ::mallopt(M_MMAP_THRESHOLD, 16 << 20);
   ::mallopt(M_TRIM_THRESHOLD, static_cast<int>(2 * kGroupBytes));
   router_.set(zmq::sockopt::linger, 1000);  // finite: shutdown never hangs on a vanished agent
-  // ZeroMQ drops a peer that sends a larger frame before allocating it; twice our own limit so that frames
-  // between the two are still received, answered with a reason and counted.
-  router_.set(zmq::sockopt::maxmsgsize, 2 * s.max_message_bytes);
+  // ZeroMQ drops a peer that sends a larger frame before allocating it (the largest legal batch plus a
+  // little, so that frames just above our limit are still answered with a reason and counted), and queues
+  // at most kPeerQueueBytes of a peer's messages.
+  router_.set(zmq::sockopt::maxmsgsize, s.max_message_bytes + kOversizeSlack);
+  router_.set(zmq::sockopt::rcvhwm,
+              static_cast<int>(std::clamp<int64_t>(kPeerQueueBytes / s.max_message_bytes, 2, 1000)));
+  bucket_rate_ = static_cast<double>(s.peer_bytes_per_s);
+  bucket_size_ = std::max(bucket_rate_, static_cast<double>(s.max_message_bytes + kOversizeSlack));
   // ROUTER silently drops what exceeds a peer's send high-water mark. One group can answer up to
   // kGroupMessages messages of one peer at once, so the default (1000) could drop ACKs of a burst; 16 groups
   // of slack keep every ACK for any peer that reads them, while a peer that never reads costs at most
@@ -140,23 +155,8 @@ void Ingest::run(std::stop_token stop) {
     }
     // Everything queued now (within the bounds), handed to the pool in one go: one wake-up per burst
     // rather than per message (context switches are a visible cost on a busy machine).
-    std::size_t n = 0, bytes = 0;
-    for (; n < room_messages && bytes < room_bytes; ++n) {
-      Frame& f = ring_[(received_ + n) % ring_.size()];
-      f = Frame{};  // the committer moved the slot's last message out
-      if (!router_.recv(f.identity, zmq::recv_flags::dontwait)) break;
-      // A ROUTER message is identity + payload frames; read every frame so the next message starts clean.
-      while (router_.get(zmq::sockopt::rcvmore)) {
-        zmq::message_t part;
-        (void)router_.recv(part, zmq::recv_flags::none);
-        if (++f.parts == 1) {
-          if (authenticated_) f.peer = peer_user(part);
-          f.payload = std::move(part);
-        }
-      }
-      f.payload_bytes = f.payload.size();
-      bytes += f.payload_bytes;
-    }
+    std::size_t bytes = 0;
+    const std::size_t n = room ? receive(room_messages, room_bytes, bytes) : 0;
     if (n == 0) continue;
     {
       std::lock_guard lk(mu_);  // counted before the committer can see them
@@ -171,6 +171,64 @@ void Ingest::run(std::stop_token stop) {
   pool_->poke();
   committer_.join();
   send_acks();
+}
+
+std::size_t Ingest::receive(std::size_t room_messages, std::size_t room_bytes, std::size_t& bytes) {
+  static RateLimitedLog defer_log(1);
+  std::map<std::string, std::pair<uint64_t, uint64_t>> deferred;  // sender -> messages, bytes
+  std::size_t n = 0;
+  while (n < room_messages && bytes < room_bytes) {
+    Frame& f = ring_[(received_ + n) % ring_.size()];
+    f = Frame{};  // the committer moved the slot's last message out
+    if (!router_.recv(f.identity, zmq::recv_flags::dontwait)) break;
+    // A ROUTER message is identity + payload frames; read every frame so the next message starts clean.
+    while (router_.get(zmq::sockopt::rcvmore)) {
+      zmq::message_t part;
+      (void)router_.recv(part, zmq::recv_flags::none);
+      if (++f.parts == 1) {
+        if (authenticated_) f.peer = peer_user(part);
+        f.payload = std::move(part);
+      }
+    }
+    f.payload_bytes = f.payload.size();
+    if (!admit(f)) {  // dropped here, before any decode; the sender still has it and resends
+      auto& d = deferred[f.peer];
+      d.first++;
+      d.second += f.payload_bytes;
+      continue;
+    }
+    bytes += f.payload_bytes;
+    ++n;
+  }
+  for (const auto& [peer, d] : deferred) {
+    reg_.count_deferred(peer, d.first, d.second);
+    defer_log.log("deferred " + std::to_string(d.first) + " message(s) of " +
+                  (peer.empty() ? std::string("a plain-TCP sender") : "'" + peer + "'") +
+                  " over its byte budget (peer_bytes_per_s); not acknowledged, to be resent");
+  }
+  return n;
+}
+
+bool Ingest::admit(const Frame& f) {
+  if (bucket_rate_ <= 0) return true;
+  const auto now = std::chrono::steady_clock::now();
+  if (buckets_.size() > kBucketsSweepAbove)
+    std::erase_if(buckets_, [&](const auto& kv) {
+      const auto& b = kv.second;
+      return b.tokens + bucket_rate_ * std::chrono::duration<double>(now - b.last).count() >= bucket_size_;
+    });
+  std::string key = authenticated_ ? f.peer : f.identity.to_string();
+  auto [it, fresh] = buckets_.try_emplace(std::move(key), Bucket{bucket_size_, now});
+  Bucket& b = it->second;
+  if (!fresh) {
+    b.tokens =
+        std::min(bucket_size_, b.tokens + bucket_rate_ * std::chrono::duration<double>(now - b.last).count());
+    b.last = now;
+  }
+  const auto need = static_cast<double>(f.payload_bytes);
+  if (b.tokens < need) return false;
+  b.tokens -= need;
+  return true;
 }
 
 void Ingest::send_acks() {
@@ -278,6 +336,7 @@ struct Ingest::Group {
   std::vector<Pending> replies;
   std::vector<Applied> applied;
   std::set<std::pair<std::string, uint64_t>> hello_here;  // registered earlier in this same group
+  std::set<std::string> new_nodes;                        // nodes this group registers for the first time
   // The nodes table is updated once per node per group (not once per message): records add up, the
   // latest counters win, last_seen is this group's time either way -- the same end state, in the same
   // transaction, for a fraction of the UPDATEs and counter serialisations.
@@ -372,6 +431,16 @@ bool Ingest::impostor(Frame& f, const wire::Message& m, Group& g) {
 }
 
 void Ingest::store_hello(Frame& f, Hello& h, Group& g) {
+  // The registered-node cap: a HELLO of a node not registered yet (here or earlier in this group) is refused
+  // once there are max_nodes; the agent retries with back-off, its data stays with it.
+  if (s_.max_nodes > 0 && !reg_.has_node(h.node) && !g.new_nodes.count(h.node)) {
+    if (reg_.node_count() + g.new_nodes.size() >= static_cast<std::size_t>(s_.max_nodes)) {
+      reg_.with_counters([](IngestCounters& c) { c.nodes_refused++; });
+      return reject(g, f, "registered node cap reached (max_nodes " + std::to_string(s_.max_nodes) + ")",
+                    h.epoch);
+    }
+    g.new_nodes.insert(h.node);
+  }
   store_.register_node(h, g.now);
   g.hello_here.emplace(h.node, h.epoch);
   g.replies.push_back({&f, Ack{h.epoch, 0, AckStatus::kHelloOk, "", now_unix_ns()}, true});

@@ -9,7 +9,9 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
+#include <unordered_map>
 #include <stop_token>
 #include <thread>
 #include <vector>
@@ -58,6 +60,9 @@ class Ingest {
     Ack ack;
   };
   struct Group;
+  // Receives what is queued (within the pipeline's room) into the ring; the messages taken and their bytes.
+  std::size_t receive(std::size_t room_messages, std::size_t room_bytes, std::size_t& bytes);
+  bool admit(const Frame& f);                              // within its sender's byte budget?
   void prepare(Frame& f);                                  // decode + encode + compress, on the pool
   std::vector<Reply> process(std::vector<Frame>& frames);  // committer: store, commit; the ACKs to send
   // process(), step by step: one transaction for the group (false: nothing stored), each message's part
@@ -84,6 +89,16 @@ class Ingest {
   store::Store store_;                // the committer's (constructed here, then used by that thread only)
   store::Checkpointer checkpointer_;  // after store_: it hooks store_'s connection and must go first
   zmq::socket_t router_;
+
+  // Per-sender byte budget (Settings::peer_bytes_per_s; ingest thread only): a token bucket per sender, by
+  // its key's node (ZAP User-Id) or, on plain TCP, its connection. Checked before a message enters the
+  // pipeline, so what is over budget costs no decode.
+  struct Bucket {
+    double tokens = 0;
+    std::chrono::steady_clock::time_point last;
+  };
+  std::unordered_map<std::string, Bucket> buckets_;
+  double bucket_rate_ = 0, bucket_size_ = 0;  // bytes/s, bytes
 
   // Messages from receipt until their commit: message number n (counted from 0 in arrival order) lives in
   // ring_[n % ring_.size()] while the pool prepares it, until the committer moves it out. The ring has a
