@@ -24,8 +24,20 @@ namespace {
 // of every node it touches (the batches' node-keyed indexes), so a commit should carry several batches per
 // node. At 1,024 messages a commit held about one batch per node and the WAL took ~150 MB/s of page
 // rewrites for ~4 MB/s of data; 8,192 small batches are still only a few MiB, committed in tens of ms.
+// The byte bound is also the latency bound of a small batch queued behind large ones (everything in the
+// pipeline is committed in arrival order): at most kGroupBytes plus one message are ahead of it. At 64 MiB
+// the exhaustion test's legitimate agent waited seconds behind hostile 16 MiB batches (p50 1.8 s, the
+// daemon prepared ~180 MiB/s of them on 2 busy cores); 16 MiB (~0.2 s of them) is still hundreds of
+// ordinary batches (bench/ingest's 8 x 16 in flight are ~2 MB), so it costs throughput nothing.
 constexpr std::size_t kGroupMessages = 8192;
-constexpr std::size_t kGroupBytes = 64u << 20;
+constexpr std::size_t kGroupBytes = 16u << 20;
+// Large messages (over 1 MiB: agents' default batches are ~330 KB) enter the pipeline one at a time, beside
+// the kGroupBytes of the others; one that finds another large one in it is deferred. ZeroMQ takes turns
+// between senders by message, not by byte: without this, one sender's 16 MiB messages took the whole room at
+// every turn and the exhaustion test's legitimate agent waited seconds for its ACKs. So a small batch has
+// at most one large message ahead of it (plus kGroupBytes of small ones), and any legal message still gets
+// in.
+constexpr std::size_t kLargeMessage = 1u << 20;
 // Retention runs every 30 s: frequent enough that the size bound is overshot by at most 30 s of ingest,
 // rare enough that its scans cost nothing measurable.
 constexpr auto kRetentionEvery = std::chrono::seconds(30);
@@ -137,13 +149,14 @@ void Ingest::run(std::stop_token stop) {
   // committer's previous commit waits on the disk, and the next commit takes everything prepared
   // meanwhile, in arrival order.
   while (!stop.stop_requested()) {
-    std::size_t room_messages, room_bytes;
+    Room r;
     {
       std::lock_guard lk(mu_);
-      room_messages = kGroupMessages - pending_messages_;
-      room_bytes = pending_bytes_ < kGroupBytes ? kGroupBytes - pending_bytes_ : 0;
+      r.messages = kGroupMessages - pending_messages_;
+      r.bytes = pending_bytes_ < kGroupBytes ? kGroupBytes - pending_bytes_ : 0;
+      r.large_pending = pending_large_;
     }
-    const bool room = room_messages > 0 && room_bytes > 0;
+    const bool room = r.messages > 0 && r.bytes > 0;
     // Without room, only the committer's wake-up is waited for: messages stay in ZeroMQ's queues (bounded
     // by its high-water marks), so memory stays bounded by the pipeline's bounds however fast agents send.
     zmq::pollitem_t items[] = {{router_.handle(), 0, static_cast<short>(room ? ZMQ_POLLIN : 0), 0},
@@ -155,13 +168,13 @@ void Ingest::run(std::stop_token stop) {
     }
     // Everything queued now (within the bounds), handed to the pool in one go: one wake-up per burst
     // rather than per message (context switches are a visible cost on a busy machine).
-    std::size_t bytes = 0;
-    const std::size_t n = room ? receive(room_messages, room_bytes, bytes) : 0;
+    const std::size_t n = room ? receive(r) : 0;
     if (n == 0) continue;
     {
       std::lock_guard lk(mu_);  // counted before the committer can see them
       pending_messages_ += n;
-      pending_bytes_ += bytes;
+      pending_bytes_ += r.taken;
+      pending_large_ += r.taken_large;
     }
     received_ += n;
     pool_->submit(n);
@@ -173,11 +186,11 @@ void Ingest::run(std::stop_token stop) {
   send_acks();
 }
 
-std::size_t Ingest::receive(std::size_t room_messages, std::size_t room_bytes, std::size_t& bytes) {
+std::size_t Ingest::receive(Room& r) {
   static RateLimitedLog defer_log(1);
   std::map<std::string, std::pair<uint64_t, uint64_t>> deferred;  // sender -> messages, bytes
   std::size_t n = 0;
-  while (n < room_messages && bytes < room_bytes) {
+  while (n < r.messages && r.taken < r.bytes) {
     Frame& f = ring_[(received_ + n) % ring_.size()];
     f = Frame{};  // the committer moved the slot's last message out
     if (!router_.recv(f.identity, zmq::recv_flags::dontwait)) break;
@@ -191,20 +204,23 @@ std::size_t Ingest::receive(std::size_t room_messages, std::size_t room_bytes, s
       }
     }
     f.payload_bytes = f.payload.size();
-    if (!admit(f)) {  // dropped here, before any decode; the sender still has it and resends
+    // dropped here, before any decode; the sender still has it and resends
+    const bool large = f.payload_bytes > kLargeMessage;
+    if (!(large ? r.large_pending + r.taken_large == 0 : r.taken + f.payload_bytes <= r.bytes) || !admit(f)) {
       auto& d = deferred[f.peer];
       d.first++;
       d.second += f.payload_bytes;
       continue;
     }
-    bytes += f.payload_bytes;
+    (large ? r.taken_large : r.taken) += f.payload_bytes;
     ++n;
   }
   for (const auto& [peer, d] : deferred) {
     reg_.count_deferred(peer, d.first, d.second);
-    defer_log.log("deferred " + std::to_string(d.first) + " message(s) of " +
-                  (peer.empty() ? std::string("a plain-TCP sender") : "'" + peer + "'") +
-                  " over its byte budget (peer_bytes_per_s); not acknowledged, to be resent");
+    defer_log.log(
+        "deferred " + std::to_string(d.first) + " message(s) of " +
+        (peer.empty() ? std::string("a plain-TCP sender") : "'" + peer + "'") +
+        " (over its byte budget, peer_bytes_per_s, or no room for its size); not acknowledged, to be resent");
   }
   return n;
 }
@@ -272,10 +288,11 @@ void Ingest::commit_loop() {
     const std::size_t n = static_cast<std::size_t>(std::min<uint64_t>(ready - taken_, kGroupMessages));
     std::vector<Frame> group;
     group.reserve(n);
-    std::size_t bytes = 0;
+    std::size_t bytes = 0, large = 0;
     for (std::size_t i = 0; i < n; ++i) {
       group.push_back(std::move(ring_[(taken_ + i) % ring_.size()]));
-      bytes += group.back().payload_bytes;
+      const std::size_t b = group.back().payload_bytes;
+      (b > kLargeMessage ? large : bytes) += b;
     }
     taken_ += n;
     auto replies = process(group);
@@ -284,6 +301,7 @@ void Ingest::commit_loop() {
       for (auto& r : replies) acks_.push_back(std::move(r));
       pending_messages_ -= n;
       pending_bytes_ -= bytes;
+      pending_large_ -= large;
     }
     wake_.signal();
   }

@@ -60,8 +60,13 @@ class Ingest {
     Ack ack;
   };
   struct Group;
-  // Receives what is queued (within the pipeline's room) into the ring; the messages taken and their bytes.
-  std::size_t receive(std::size_t room_messages, std::size_t room_bytes, std::size_t& bytes);
+  struct Room {
+    std::size_t messages = 0, bytes = 0;     // room left for messages, and for the bytes of small ones
+    std::size_t large_pending = 0;           // bytes of large messages in the pipeline (0 or one message)
+    std::size_t taken = 0, taken_large = 0;  // bytes received now (small, large)
+  };
+  // Receives what is queued and fits into the ring (the rest deferred); the number of messages taken.
+  std::size_t receive(Room& r);
   bool admit(const Frame& f);                              // within its sender's byte budget?
   void prepare(Frame& f);                                  // decode + encode + compress, on the pool
   std::vector<Reply> process(std::vector<Frame>& frames);  // committer: store, commit; the ACKs to send
@@ -112,6 +117,7 @@ class Ingest {
   // Committer -> ingest thread: ACKs (wake_ signals them); the pipeline's bounds.
   std::mutex mu_;
   std::size_t pending_messages_ = 0, pending_bytes_ = 0;  // received, not yet committed
+  std::size_t pending_large_ = 0;                         // bytes of large messages among them
   std::vector<Reply> acks_;
   std::atomic<bool> draining_{false};
   EventFd wake_;

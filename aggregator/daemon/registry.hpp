@@ -42,8 +42,9 @@ struct IngestCounters {
   uint64_t store_batches = 0;  // running totals of the store (counted once at start, then kept up to date)
   uint64_t store_bytes = 0;
   std::map<std::string, uint64_t> rejected_by_reason;  // bounded: see Registry::count_reject
-  // Messages over their sender's byte budget (Settings::peer_bytes_per_s): not decoded, not acknowledged
-  // (the sender resends). By sender (the key's node, "plain" on plain TCP); bounded like the reasons.
+  // Messages over their sender's byte budget (Settings::peer_bytes_per_s) or too large for the pipeline's
+  // room (one large message at a time, ingest.cpp): not decoded, not acknowledged (the sender resends). By
+  // sender (the key's node, "plain" on plain TCP); bounded like the reasons.
   uint64_t deferred = 0, deferred_bytes = 0;
   std::map<std::string, uint64_t> deferred_by_peer;
   uint64_t nodes_refused = 0;  // HELLOs of new nodes beyond Settings::max_nodes
