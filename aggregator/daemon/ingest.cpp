@@ -124,23 +124,6 @@ Ingest::~Ingest() {
   }
 }
 
-EventFd::EventFd() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
-  if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
-}
-EventFd::~EventFd() {
-  ::close(fd_);
-}
-void EventFd::signal() {
-  const uint64_t one = 1;
-  // Cannot fail short of a counter overflow (2^64 - 1 unread signals); a lost wake-up would only delay
-  // ACKs until the next 100 ms poll timeout anyway.
-  (void)!::write(fd_, &one, sizeof one);
-}
-void EventFd::clear() {
-  uint64_t n;
-  (void)!::read(fd_, &n, sizeof n);
-}
-
 void Ingest::run(std::stop_token stop) {
   ::pthread_setname_np(::pthread_self(), "np-ingest");  // names show in top -H / perf: who spends what
   // This thread only moves messages: it receives each one into the ring and hands it to the pool at once,

@@ -19,6 +19,7 @@
 #include <zmq.hpp>
 
 #include "auth.hpp"
+#include "event_fd.hpp"
 #include "live_analysis.hpp"
 #include "netprism/wire.hpp"
 #include "registry.hpp"
@@ -28,21 +29,6 @@
 #include "worker_pool.hpp"
 
 namespace netprism::daemon {
-
-// A Linux eventfd: the committer thread wakes the ingest thread's zmq::poll() with it.
-class EventFd {
- public:
-  EventFd();
-  ~EventFd();
-  EventFd(const EventFd&) = delete;
-  EventFd& operator=(const EventFd&) = delete;
-  int fd() const { return fd_; }
-  void signal();
-  void clear();
-
- private:
-  int fd_;
-};
 
 class Ingest {
  public:
