@@ -72,7 +72,7 @@ struct Settings {
   // Query bounds (issue 18): `flows` returns at most this many rows (largest first, "truncated": true beyond;
   // ~250 JSON bytes a row, so 1M rows is a ~250 MB reply, under the CLI's 1 GiB cap) and gives up after this
   // many ms (below the CLI's 9 s largest --timeout, so the client gets the error rather than a timeout;
-  // the query endpoint answers one request at a time, so this also bounds how long others wait).
+  // flows and dump run one at a time on the query worker, so this also bounds how long the next one waits).
   int64_t query_max_rows = 1000000;
   int64_t query_deadline_ms = 8000;
   std::string config;
