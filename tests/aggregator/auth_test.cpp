@@ -236,7 +236,7 @@ TEST_F(AuthTest, AgentOverItsByteBudgetResendsUntilStored) {
       NETPRISM_AGGREGATOR_BIN, dir_ + "/data", free_port(), free_port(),
       std::vector<std::string>{"--server-key", dir_ + "/server.key", "--agents", dir_ + "/agents",
                                "--clients", dir_ + "/clients", "--max-message-bytes", "65536",
-                               "--peer-bytes-per-s", "65536"});
+                               "--peer-bytes-per-s", "16384"});
   proc_->set_client(client("admin"));
   ASSERT_TRUE(proc_->wait_ready(ctx_));
   agent::Spool spool(dir_ + "/spool2", 16 << 20);
@@ -263,7 +263,7 @@ TEST_F(AuthTest, AgentOverItsByteBudgetResendsUntilStored) {
         hb.epoch = 4;
         return hb;
       });
-  constexpr uint64_t kBatches = 20;  // ~20 KB each: three times the 128 KiB bucket at once
+  constexpr uint64_t kBatches = 20;  // ~20 KB each: a window of 16 is 2.5 times the 128 KiB bucket
   for (uint64_t seq = 0; seq < kBatches; ++seq) {
     Batch b = one_batch("node-a", 4, seq);
     for (int i = 1; i < 150; ++i) {

@@ -77,9 +77,10 @@ TEST_F(IngestLimitsTest, NodeCapRefusesNewNodesOnly) {
 }
 
 TEST_F(IngestLimitsTest, SenderOverItsByteBudgetIsDeferredNotLost) {
-  // Budget: 64 KiB/s, bucket max(64 KiB, 64 KiB + 64 KiB slack) = 128 KiB. Each batch here is ~20 KB on
-  // the wire, so a back-to-back burst of 20 exceeds the bucket about threefold.
-  start({"--max-message-bytes", "65536", "--peer-bytes-per-s", "65536"});
+  // Budget: 1 KiB/s, bucket max(1 KiB, 64 KiB + 64 KiB slack) = 128 KiB; each batch here is ~13 KB on the
+  // wire, so of a burst of 20 only the first ~10 fit however slowly the daemon reads them (the refill is
+  // negligible: no timing in the outcome, also under sanitizers).
+  start({"--max-message-bytes", "65536", "--peer-bytes-per-s", "1024"});
   TestSender flood(ctx_, proc_->listen()), other(ctx_, proc_->listen());
   ASSERT_EQ(flood.hello("flood", 1)->status, AckStatus::kHelloOk);
   ASSERT_EQ(other.hello("other", 1)->status, AckStatus::kHelloOk);
@@ -90,11 +91,11 @@ TEST_F(IngestLimitsTest, SenderOverItsByteBudgetIsDeferredNotLost) {
   ASSERT_GT(wire_batches[0].size(), 10000u);
   for (const auto& w : wire_batches) flood.send_raw(w);
   std::set<uint64_t> acked;
-  while (auto a = flood.recv_ack(std::chrono::milliseconds(1500))) {
+  while (auto a = flood.recv_ack(std::chrono::milliseconds(3000))) {
     EXPECT_EQ(a->status, AckStatus::kOk);
     acked.insert(a->seq);
   }
-  EXPECT_LT(acked.size(), kBatches) << "nothing was over the budget";
+  EXPECT_LE(acked.size(), 11u) << "more than the bucket's worth (128 KiB, ~10 batches) was taken";
   EXPECT_GE(acked.size(), 3u);
   // Another sender has its own budget.
   auto a = other.batch(batch_of("other", 1, 0, 150));
@@ -103,14 +104,16 @@ TEST_F(IngestLimitsTest, SenderOverItsByteBudgetIsDeferredNotLost) {
   auto st = status();
   EXPECT_EQ(st["ingest"]["deferred"].get<uint64_t>(), kBatches - acked.size()) << st.dump();
   EXPECT_GT(st["ingest"]["deferred_bytes"].get<uint64_t>(), 0u);
-  // Resent at the budget's pace (as an agent does after its ACK timeout), every batch is stored once.
+  // The sender still has every batch: resent to the daemon without a budget (same store), each is stored
+  // exactly once (the acknowledged ones come back as duplicates).
+  proc_.reset();
+  start({"--max-message-bytes", "65536", "--peer-bytes-per-s", "0"});
+  TestSender again(ctx_, proc_->listen());
   for (uint64_t seq = 0; seq < kBatches; ++seq) {
-    if (acked.count(seq)) continue;
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));
-    flood.send_raw(wire_batches[seq]);
-    auto r = flood.recv_ack(std::chrono::milliseconds(3000));
-    ASSERT_TRUE(r) << "seq " << seq << " deferred again after a pause";
-    EXPECT_EQ(r->status, AckStatus::kOk);
+    again.send_raw(wire_batches[seq]);
+    auto r = again.recv_ack(std::chrono::milliseconds(10000));
+    ASSERT_TRUE(r) << "seq " << seq << " not answered";
+    EXPECT_EQ(r->status, acked.count(seq) ? AckStatus::kDuplicate : AckStatus::kOk) << "seq " << seq;
   }
   st = status();
   for (const auto& ag : st["agents"]) {
