@@ -95,7 +95,10 @@ void reload_allowlists(daemon::Auth& auth) {
 
 // Every part of the daemon, its threads, until a stop signal; 0, or what the error path returns.
 int serve(const daemon::Settings& s, const sigset_t& sigs) {
-  zmq::context_t ctx(1);
+  // Two I/O threads: CURVE decryption happens there, and with one a flood of large messages from a few
+  // keyed peers queued every other connection's messages behind its decryption (the exhaustion test); libzmq
+  // gives each new connection the least loaded thread.
+  zmq::context_t ctx(2);
   store::OwnTraffic own = own_ports(s);
   daemon::Registry reg;
   boot_store(s, reg, own);

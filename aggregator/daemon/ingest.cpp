@@ -20,18 +20,40 @@ namespace netprism::daemon {
 
 namespace {
 // A drained group is bounded so one commit stays short (ACK latency) and memory stays bounded:
-// 8192 messages or 64 MiB, whichever comes first. The message bound is what a large cluster meets first:
+// 8192 messages or 16 MiB, whichever comes first. The message bound is what a large cluster meets first:
 // 1,000 agents sending every 100 ms are 10,000 small batches/s, and every commit rewrites the index pages
 // of every node it touches (the batches' node-keyed indexes), so a commit should carry several batches per
 // node. At 1,024 messages a commit held about one batch per node and the WAL took ~150 MB/s of page
 // rewrites for ~4 MB/s of data; 8,192 small batches are still only a few MiB, committed in tens of ms.
+// The byte bound is also the latency bound of a small batch queued behind large ones (everything in the
+// pipeline is committed in arrival order): at most kGroupBytes plus one message are ahead of it. At 64 MiB
+// the exhaustion test's legitimate agent waited seconds behind hostile 16 MiB batches (p50 1.8 s, the
+// daemon prepared ~180 MiB/s of them on 2 busy cores); 16 MiB (~0.2 s of them) is still hundreds of
+// ordinary batches (bench/ingest's 8 x 16 in flight are ~2 MB), so it costs throughput nothing.
 constexpr std::size_t kGroupMessages = 8192;
-constexpr std::size_t kGroupBytes = 64u << 20;
+constexpr std::size_t kGroupBytes = 16u << 20;
+// Large messages (over 1 MiB: agents' default batches are ~330 KB) enter the pipeline one at a time, beside
+// the kGroupBytes of the others; one that finds another large one in it is deferred. ZeroMQ takes turns
+// between senders by message, not by byte: without this, one sender's 16 MiB messages took the whole room at
+// every turn and the exhaustion test's legitimate agent waited seconds for its ACKs. So a small batch has
+// at most one large message ahead of it (plus kGroupBytes of small ones), and any legal message still gets
+// in.
+constexpr std::size_t kLargeMessage = 1u << 20;
 // Retention runs every 30 s (its own thread and connection: ACKs never wait for it): frequent enough that
 // the size bound is overshot by at most 30 s of ingest, rare enough that its scans cost nothing measurable.
 constexpr auto kRetentionEvery = std::chrono::seconds(30);
 // Rejections are logged at most 10 lines/s (the rest are counted; see `netprism status`).
 constexpr int kRejectLogPerSecond = 10;
+// Frames up to this much above max_message_bytes are still received, to be answered with a reason; larger
+// ones make ZeroMQ drop the connection before it allocates them.
+constexpr int64_t kOversizeSlack = 64 << 10;
+// What ZeroMQ may queue per peer before this daemon reads it, in bytes: its receive high-water mark counts
+// messages, so it is set to this over the largest message (at least 2). With the default 16 MiB messages: 2
+// queued + 1 being received = 48 MiB per peer at most, whatever the peer sends.
+constexpr int64_t kPeerQueueBytes = 32 << 20;
+// Senders' buckets are forgotten once full again (an idle sender starts full anyway); checked when there are
+// more than this many, so the map stays bounded by the senders active within about a second.
+constexpr std::size_t kBucketsSweepAbove = 4096;
 }  // namespace
 
 struct Ingest::Frame {
@@ -73,9 +95,14 @@ Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalys
   ::mallopt(M_MMAP_THRESHOLD, 16 << 20);
   ::mallopt(M_TRIM_THRESHOLD, static_cast<int>(2 * kGroupBytes));
   router_.set(zmq::sockopt::linger, 1000);  // finite: shutdown never hangs on a vanished agent
-  // ZeroMQ drops a peer that sends a larger frame before allocating it; twice our own limit so that frames
-  // between the two are still received, answered with a reason and counted.
-  router_.set(zmq::sockopt::maxmsgsize, 2 * s.max_message_bytes);
+  // ZeroMQ drops a peer that sends a larger frame before allocating it (the largest legal batch plus a
+  // little, so that frames just above our limit are still answered with a reason and counted), and queues
+  // at most kPeerQueueBytes of a peer's messages.
+  router_.set(zmq::sockopt::maxmsgsize, s.max_message_bytes + kOversizeSlack);
+  router_.set(zmq::sockopt::rcvhwm,
+              static_cast<int>(std::clamp<int64_t>(kPeerQueueBytes / s.max_message_bytes, 2, 1000)));
+  bucket_rate_ = static_cast<double>(s.peer_bytes_per_s);
+  bucket_size_ = std::max(bucket_rate_, static_cast<double>(s.max_message_bytes + kOversizeSlack));
   // ROUTER silently drops what exceeds a peer's send high-water mark. One group can answer up to
   // kGroupMessages messages of one peer at once, so the default (1000) could drop ACKs of a burst; 16 groups
   // of slack keep every ACK for any peer that reads them, while a peer that never reads costs at most
@@ -99,23 +126,6 @@ Ingest::~Ingest() {
   }
 }
 
-EventFd::EventFd() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
-  if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
-}
-EventFd::~EventFd() {
-  ::close(fd_);
-}
-void EventFd::signal() {
-  const uint64_t one = 1;
-  // Cannot fail short of a counter overflow (2^64 - 1 unread signals); a lost wake-up would only delay
-  // ACKs until the next 100 ms poll timeout anyway.
-  (void)!::write(fd_, &one, sizeof one);
-}
-void EventFd::clear() {
-  uint64_t n;
-  (void)!::read(fd_, &n, sizeof n);
-}
-
 void Ingest::run(std::stop_token stop) {
   ::pthread_setname_np(::pthread_self(), "np-ingest");  // names show in top -H / perf: who spends what
   // This thread only moves messages: it receives each one into the ring and hands it to the pool at once,
@@ -124,13 +134,14 @@ void Ingest::run(std::stop_token stop) {
   // committer's previous commit waits on the disk, and the next commit takes everything prepared
   // meanwhile, in arrival order.
   while (!stop.stop_requested()) {
-    std::size_t room_messages, room_bytes;
+    Room r;
     {
       std::lock_guard lk(mu_);
-      room_messages = kGroupMessages - pending_messages_;
-      room_bytes = pending_bytes_ < kGroupBytes ? kGroupBytes - pending_bytes_ : 0;
+      r.messages = kGroupMessages - pending_messages_;
+      r.bytes = pending_bytes_ < kGroupBytes ? kGroupBytes - pending_bytes_ : 0;
+      r.large_pending = pending_large_;
     }
-    const bool room = room_messages > 0 && room_bytes > 0;
+    const bool room = r.messages > 0 && r.bytes > 0;
     // Without room, only the committer's wake-up is waited for: messages stay in ZeroMQ's queues (bounded
     // by its high-water marks), so memory stays bounded by the pipeline's bounds however fast agents send.
     zmq::pollitem_t items[] = {{router_.handle(), 0, static_cast<short>(room ? ZMQ_POLLIN : 0), 0},
@@ -142,28 +153,13 @@ void Ingest::run(std::stop_token stop) {
     }
     // Everything queued now (within the bounds), handed to the pool in one go: one wake-up per burst
     // rather than per message (context switches are a visible cost on a busy machine).
-    std::size_t n = 0, bytes = 0;
-    for (; n < room_messages && bytes < room_bytes; ++n) {
-      Frame& f = ring_[(received_ + n) % ring_.size()];
-      f = Frame{};  // the committer moved the slot's last message out
-      if (!router_.recv(f.identity, zmq::recv_flags::dontwait)) break;
-      // A ROUTER message is identity + payload frames; read every frame so the next message starts clean.
-      while (router_.get(zmq::sockopt::rcvmore)) {
-        zmq::message_t part;
-        (void)router_.recv(part, zmq::recv_flags::none);
-        if (++f.parts == 1) {
-          if (authenticated_) f.peer = peer_user(part);
-          f.payload = std::move(part);
-        }
-      }
-      f.payload_bytes = f.payload.size();
-      bytes += f.payload_bytes;
-    }
+    const std::size_t n = room ? receive(r) : 0;
     if (n == 0) continue;
     {
       std::lock_guard lk(mu_);  // counted before the committer can see them
       pending_messages_ += n;
-      pending_bytes_ += bytes;
+      pending_bytes_ += r.taken;
+      pending_large_ += r.taken_large;
     }
     received_ += n;
     pool_->submit(n);
@@ -173,6 +169,67 @@ void Ingest::run(std::stop_token stop) {
   pool_->poke();
   committer_.join();
   send_acks();
+}
+
+std::size_t Ingest::receive(Room& r) {
+  static RateLimitedLog defer_log(1);
+  std::map<std::string, std::pair<uint64_t, uint64_t>> deferred;  // sender -> messages, bytes
+  std::size_t n = 0;
+  while (n < r.messages && r.taken < r.bytes) {
+    Frame& f = ring_[(received_ + n) % ring_.size()];
+    f = Frame{};  // the committer moved the slot's last message out
+    if (!router_.recv(f.identity, zmq::recv_flags::dontwait)) break;
+    // A ROUTER message is identity + payload frames; read every frame so the next message starts clean.
+    while (router_.get(zmq::sockopt::rcvmore)) {
+      zmq::message_t part;
+      (void)router_.recv(part, zmq::recv_flags::none);
+      if (++f.parts == 1) {
+        if (authenticated_) f.peer = peer_user(part);
+        f.payload = std::move(part);
+      }
+    }
+    f.payload_bytes = f.payload.size();
+    // dropped here, before any decode; the sender still has it and resends
+    const bool large = f.payload_bytes > kLargeMessage;
+    if (!(large ? r.large_pending + r.taken_large == 0 : r.taken + f.payload_bytes <= r.bytes) || !admit(f)) {
+      auto& d = deferred[f.peer];
+      d.first++;
+      d.second += f.payload_bytes;
+      continue;
+    }
+    (large ? r.taken_large : r.taken) += f.payload_bytes;
+    ++n;
+  }
+  for (const auto& [peer, d] : deferred) {
+    reg_.count_deferred(peer, d.first, d.second);
+    defer_log.log(
+        "deferred " + std::to_string(d.first) + " message(s) of " +
+        (peer.empty() ? std::string("a plain-TCP sender") : "'" + peer + "'") +
+        " (over its byte budget, peer_bytes_per_s, or no room for its size); not acknowledged, to be resent");
+  }
+  return n;
+}
+
+bool Ingest::admit(const Frame& f) {
+  if (bucket_rate_ <= 0) return true;
+  const auto now = std::chrono::steady_clock::now();
+  if (buckets_.size() > kBucketsSweepAbove)
+    std::erase_if(buckets_, [&](const auto& kv) {
+      const auto& b = kv.second;
+      return b.tokens + bucket_rate_ * std::chrono::duration<double>(now - b.last).count() >= bucket_size_;
+    });
+  std::string key = authenticated_ ? f.peer : f.identity.to_string();
+  auto [it, fresh] = buckets_.try_emplace(std::move(key), Bucket{bucket_size_, now});
+  Bucket& b = it->second;
+  if (!fresh) {
+    b.tokens =
+        std::min(bucket_size_, b.tokens + bucket_rate_ * std::chrono::duration<double>(now - b.last).count());
+    b.last = now;
+  }
+  const auto need = static_cast<double>(f.payload_bytes);
+  if (b.tokens < need) return false;
+  b.tokens -= need;
+  return true;
 }
 
 void Ingest::send_acks() {
@@ -210,10 +267,11 @@ void Ingest::commit_loop() {
     const std::size_t n = static_cast<std::size_t>(std::min<uint64_t>(ready - taken_, kGroupMessages));
     std::vector<Frame> group;
     group.reserve(n);
-    std::size_t bytes = 0;
+    std::size_t bytes = 0, large = 0;
     for (std::size_t i = 0; i < n; ++i) {
       group.push_back(std::move(ring_[(taken_ + i) % ring_.size()]));
-      bytes += group.back().payload_bytes;
+      const std::size_t b = group.back().payload_bytes;
+      (b > kLargeMessage ? large : bytes) += b;
     }
     taken_ += n;
     auto replies = process(group);
@@ -222,6 +280,7 @@ void Ingest::commit_loop() {
       for (auto& r : replies) acks_.push_back(std::move(r));
       pending_messages_ -= n;
       pending_bytes_ -= bytes;
+      pending_large_ -= large;
     }
     wake_.signal();
   }
@@ -274,6 +333,7 @@ struct Ingest::Group {
   std::vector<Pending> replies;
   std::vector<Applied> applied;
   std::set<std::pair<std::string, uint64_t>> hello_here;  // registered earlier in this same group
+  std::set<std::string> new_nodes;                        // nodes this group registers for the first time
   // The nodes table is updated once per node per group (not once per message): records add up, the
   // latest counters win, last_seen is this group's time either way -- the same end state, in the same
   // transaction, for a fraction of the UPDATEs and counter serialisations.
@@ -368,6 +428,16 @@ bool Ingest::impostor(Frame& f, const wire::Message& m, Group& g) {
 }
 
 void Ingest::store_hello(Frame& f, Hello& h, Group& g) {
+  // The registered-node cap: a HELLO of a node not registered yet (here or earlier in this group) is refused
+  // once there are max_nodes; the agent retries with back-off, its data stays with it.
+  if (s_.max_nodes > 0 && !reg_.has_node(h.node) && !g.new_nodes.count(h.node)) {
+    if (reg_.node_count() + g.new_nodes.size() >= static_cast<std::size_t>(s_.max_nodes)) {
+      reg_.with_counters([](IngestCounters& c) { c.nodes_refused++; });
+      return reject(g, f, "registered node cap reached (max_nodes " + std::to_string(s_.max_nodes) + ")",
+                    h.epoch);
+    }
+    g.new_nodes.insert(h.node);
+  }
   store_.register_node(h, g.now);
   g.hello_here.emplace(h.node, h.epoch);
   g.replies.push_back({&f, Ack{h.epoch, 0, AckStatus::kHelloOk, "", now_unix_ns()}, true});

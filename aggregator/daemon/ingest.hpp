@@ -9,7 +9,9 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
+#include <unordered_map>
 #include <stop_token>
 #include <thread>
 #include <vector>
@@ -17,6 +19,7 @@
 #include <zmq.hpp>
 
 #include "auth.hpp"
+#include "event_fd.hpp"
 #include "live_analysis.hpp"
 #include "netprism/wire.hpp"
 #include "registry.hpp"
@@ -26,21 +29,6 @@
 #include "worker_pool.hpp"
 
 namespace netprism::daemon {
-
-// A Linux eventfd: the committer thread wakes the ingest thread's zmq::poll() with it.
-class EventFd {
- public:
-  EventFd();
-  ~EventFd();
-  EventFd(const EventFd&) = delete;
-  EventFd& operator=(const EventFd&) = delete;
-  int fd() const { return fd_; }
-  void signal();
-  void clear();
-
- private:
-  int fd_;
-};
 
 class Ingest {
  public:
@@ -58,6 +46,14 @@ class Ingest {
     Ack ack;
   };
   struct Group;
+  struct Room {
+    std::size_t messages = 0, bytes = 0;     // room left for messages, and for the bytes of small ones
+    std::size_t large_pending = 0;           // bytes of large messages in the pipeline (0 or one message)
+    std::size_t taken = 0, taken_large = 0;  // bytes received now (small, large)
+  };
+  // Receives what is queued and fits into the ring (the rest deferred); the number of messages taken.
+  std::size_t receive(Room& r);
+  bool admit(const Frame& f);                              // within its sender's byte budget?
   void prepare(Frame& f);                                  // decode + encode + compress, on the pool
   std::vector<Reply> process(std::vector<Frame>& frames);  // committer: store, commit; the ACKs to send
   // process(), step by step: one transaction for the group (false: nothing stored), each message's part
@@ -86,6 +82,16 @@ class Ingest {
   store::Checkpointer checkpointer_;  // after store_: it hooks store_'s connection and must go first
   zmq::socket_t router_;
 
+  // Per-sender byte budget (Settings::peer_bytes_per_s; ingest thread only): a token bucket per sender, by
+  // its key's node (ZAP User-Id) or, on plain TCP, its connection. Checked before a message enters the
+  // pipeline, so what is over budget costs no decode.
+  struct Bucket {
+    double tokens = 0;
+    std::chrono::steady_clock::time_point last;
+  };
+  std::unordered_map<std::string, Bucket> buckets_;
+  double bucket_rate_ = 0, bucket_size_ = 0;  // bytes/s, bytes
+
   // Messages from receipt until their commit: message number n (counted from 0 in arrival order) lives in
   // ring_[n % ring_.size()] while the pool prepares it, until the committer moves it out. The ring has a
   // slot for every message the pipeline may hold at once (its message bound), so a slot is always free
@@ -98,6 +104,7 @@ class Ingest {
   // Committer -> ingest thread: ACKs (wake_ signals them); the pipeline's bounds.
   std::mutex mu_;
   std::size_t pending_messages_ = 0, pending_bytes_ = 0;  // received, not yet committed
+  std::size_t pending_large_ = 0;                         // bytes of large messages among them
   std::vector<Reply> acks_;
   std::atomic<bool> draining_{false};
   EventFd wake_;

@@ -59,6 +59,9 @@ void ingest_metrics(Builder& b, const json& st) {
       {"unknown_node", "messages from agents that had not registered"},
       {"heartbeats", "agent heartbeats"},
       {"commit_failures", "store commits that failed (nothing of them acknowledged)"},
+      {"deferred", "messages over their sender's byte budget: not decoded, not acknowledged (resent)"},
+      {"deferred_bytes", "bytes of messages over their sender's byte budget"},
+      {"nodes_refused", "HELLOs of new nodes refused at the registered-node cap (max_nodes)"},
       {"retention_deleted_batches", "batches deleted by retention"}};
   for (const auto& [key, help] : totals) {
     std::string name = key == std::string("batches_stored")   ? "batches"

@@ -1,5 +1,7 @@
 #include "query_server.hpp"
 
+#include <pthread.h>
+
 #include <chrono>
 
 #include "job_records.hpp"
@@ -18,6 +20,13 @@ constexpr uint64_t kStoredJobsDefault = 1000;
 constexpr uint64_t kStoredIterationsDefault = 100000;
 // A `dump` page carries at most this much stored data, so one reply stays a modest message.
 constexpr std::size_t kDumpPageBytes = 8u << 20;
+// Store queries waiting for the worker at most; more are answered "busy" at once (the CLI's timeout is
+// seconds, and a flows query may take up to query_deadline_ms: a deeper queue would only time out).
+constexpr std::size_t kMaxQueuedStoreQueries = 32;
+
+std::string serialise(const nlohmann::json& reply) {
+  return reply.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 struct NotFound : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -57,16 +66,21 @@ std::string base64(std::string_view in) {
 
 QueryServer::QueryServer(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live,
                          store::OwnTraffic own, const Auth* auth)
-    : s_(s), reg_(reg), live_(live), own_(std::move(own)), rep_(ctx, zmq::socket_type::rep) {
-  if (auth) auth->secure(rep_, kQueryDomain);
+    : s_(s), reg_(reg), live_(live), own_(std::move(own)), router_(ctx, zmq::socket_type::router) {
+  if (auth) auth->secure(router_, kQueryDomain);
   authenticated_ = auth && auth->enabled();
   auth_ = auth;
-  rep_.set(zmq::sockopt::linger, 0);
-  rep_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxRequestBytes));
-  // A client that vanished mid-reply must not block the endpoint: give up sending after 5 s.
-  rep_.set(zmq::sockopt::sndtimeo, 5000);
-  rep_.bind(s.query);
+  router_.set(zmq::sockopt::linger, 0);
+  router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxRequestBytes));
+  // A ROUTER never blocks on a send: a reply to a vanished client, or beyond its queue, is dropped.
+  router_.bind(s.query);
   if (!s.tenants_file.empty()) tenants_ = std::make_unique<Tenants>(s.tenants_file);
+  worker_ = std::jthread([this](std::stop_token st) { work(st); });
+}
+
+QueryServer::~QueryServer() {
+  worker_.request_stop();
+  jobs_cv_.notify_all();
 }
 
 // `dump`: a page of raw stored batches, plus the registrations on the first page (`netprism record`).
@@ -111,7 +125,8 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
   if (!req.is_object() || !req.contains("cmd") || !req["cmd"].is_string())
     throw BadRequest("request must be a JSON object with a string 'cmd'");
   const std::string cmd = req["cmd"];
-  if (!reader_) reader_ = std::make_unique<store::Store>(s_.data_dir, store::Db::Mode::kReadOnly);
+  if (reads_store(req) && !reader_)
+    reader_ = std::make_unique<store::Store>(s_.data_dir, store::Db::Mode::kReadOnly);
   const uint64_t now = now_unix_ns();
 
   if (cmd == "status") {
@@ -177,8 +192,15 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
   throw BadRequest("unknown command '" + cmd + "'");
 }
 
+bool QueryServer::reads_store(const nlohmann::json& req) {
+  if (!req.is_object()) return false;
+  auto it = req.find("cmd");
+  return it != req.end() && it->is_string() && (*it == "flows" || *it == "dump");
+}
+
 nlohmann::json QueryServer::answer(const nlohmann::json& req) {
-  std::lock_guard lk(mu_);
+  std::unique_lock<std::mutex> lk(mu_, std::defer_lock);  // reader_ is shared; the rest is thread-safe
+  if (reads_store(req)) lk.lock();
   try {
     return {{"ok", true}, {"result", handle(req)}};
   } catch (const NotFound& e) {
@@ -193,34 +215,90 @@ nlohmann::json QueryServer::answer(const nlohmann::json& req) {
 
 void QueryServer::run(std::stop_token stop) {
   while (!stop.stop_requested()) {
-    zmq::pollitem_t items[] = {{rep_.handle(), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, 1, std::chrono::milliseconds(100));
-    if (!(items[0].revents & ZMQ_POLLIN)) continue;
-    zmq::message_t msg;
-    if (!rep_.recv(msg, zmq::recv_flags::dontwait)) continue;
-    // REP needs exactly one reply per request; a multipart request gets its frames joined for parsing.
-    std::string text = msg.to_string();
-    const std::string role = authenticated_ ? peer_user(msg) : "";
-    while (rep_.get(zmq::sockopt::rcvmore)) {
-      zmq::message_t more;
-      (void)rep_.recv(more, zmq::recv_flags::none);
-      if (text.size() < kMaxRequestBytes) text += more.to_string();
+    zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, wake_.fd(), ZMQ_POLLIN, 0}};
+    zmq::poll(items, 2, std::chrono::milliseconds(100));
+    if (items[1].revents & ZMQ_POLLIN) {
+      wake_.clear();
+      send_done();
     }
-    auto req = nlohmann::json::parse(text, nullptr, false);
-    nlohmann::json reply;
-    if (req.is_discarded()) {
-      reply = {{"ok", false}, {"error", "request is not valid JSON"}, {"bad_request", true}};
-    } else {
-      try {
-        if (authenticated_) check_role(req, role);
-        reply = answer(req);
-      } catch (const Forbidden& e) {
-        reply = {{"ok", false}, {"error", e.what()}, {"forbidden", true}};
-      }
-    }
-    auto out = reply.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    (void)rep_.send(zmq::buffer(out), zmq::send_flags::none);
+    if (items[0].revents & ZMQ_POLLIN) on_request();
   }
+}
+
+// One request: [identity][empty delimiter (REQ)][JSON, possibly in several frames]. Answered here, or
+// handed to the worker when it reads the store.
+void QueryServer::on_request() {
+  std::vector<zmq::message_t> envelope(1);
+  if (!router_.recv(envelope[0], zmq::recv_flags::dontwait)) return;
+  std::string text, role;
+  bool body = false;
+  while (router_.get(zmq::sockopt::rcvmore)) {
+    zmq::message_t part;
+    (void)router_.recv(part, zmq::recv_flags::none);
+    if (!body && part.size() == 0 && router_.get(zmq::sockopt::rcvmore)) {
+      envelope.push_back(std::move(part));  // the delimiter, returned with the reply
+      continue;
+    }
+    if (!body && authenticated_) role = peer_user(part);
+    body = true;
+    if (text.size() < kMaxRequestBytes) text += part.to_string_view();
+  }
+  auto req = nlohmann::json::parse(text, nullptr, false);
+  if (req.is_discarded())
+    return reply(envelope,
+                 serialise({{"ok", false}, {"error", "request is not valid JSON"}, {"bad_request", true}}));
+  try {
+    if (authenticated_) check_role(req, role);
+  } catch (const Forbidden& e) {
+    return reply(envelope, serialise({{"ok", false}, {"error", e.what()}, {"forbidden", true}}));
+  }
+  if (!reads_store(req)) return reply(envelope, serialise(answer(req)));
+  std::lock_guard lk(jobs_mu_);
+  if (todo_.size() >= kMaxQueuedStoreQueries)
+    return reply(envelope, serialise({{"ok", false},
+                                      {"error", "busy: " + std::to_string(todo_.size()) +
+                                                    " flows/dump queries queued; retry later"}}));
+  todo_.push_back({std::move(envelope), std::move(req), ""});
+  jobs_cv_.notify_one();
+}
+
+void QueryServer::reply(std::vector<zmq::message_t>& envelope, const std::string& body) {
+  for (auto& f : envelope)
+    if (!router_.send(f, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return;
+  (void)router_.send(zmq::buffer(body), zmq::send_flags::dontwait);
+}
+
+// The worker: store queries one at a time (they share the reader and its lock), replies back to run().
+void QueryServer::work(std::stop_token stop) {
+  ::pthread_setname_np(::pthread_self(), "np-query-store");
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock lk(jobs_mu_);
+      // Timed: a stop requested between the check and the wait would otherwise go unnoticed.
+      jobs_cv_.wait_for(lk, std::chrono::milliseconds(100),
+                        [&] { return stop.stop_requested() || !todo_.empty(); });
+      if (stop.stop_requested()) return;
+      if (todo_.empty()) continue;
+      job = std::move(todo_.front());
+      todo_.pop_front();
+    }
+    job.reply = serialise(answer(job.req));
+    {
+      std::lock_guard lk(jobs_mu_);
+      done_.push_back(std::move(job));
+    }
+    wake_.signal();
+  }
+}
+
+void QueryServer::send_done() {
+  std::deque<Job> done;
+  {
+    std::lock_guard lk(jobs_mu_);
+    done.swap(done_);
+  }
+  for (auto& j : done) reply(j.envelope, j.reply);
 }
 
 }  // namespace netprism::daemon

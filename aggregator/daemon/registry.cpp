@@ -80,6 +80,26 @@ void Registry::count_reject(const std::string& reason) {
   counters_.rejected_by_reason[key]++;
 }
 
+void Registry::count_deferred(const std::string& peer, uint64_t messages, uint64_t bytes) {
+  std::lock_guard lk(mu_);
+  counters_.deferred += messages;
+  counters_.deferred_bytes += bytes;
+  auto key = peer.empty() ? std::string("plain") : peer.substr(0, 80);
+  if (!counters_.deferred_by_peer.count(key) && counters_.deferred_by_peer.size() >= kMaxReasons)
+    key = "other";
+  counters_.deferred_by_peer[key] += messages;
+}
+
+bool Registry::has_node(const std::string& node) const {
+  std::lock_guard lk(mu_);
+  return nodes_.count(node) > 0;
+}
+
+std::size_t Registry::node_count() const {
+  std::lock_guard lk(mu_);
+  return nodes_.size();
+}
+
 nlohmann::json Registry::status(uint64_t now_ns, uint64_t connected_timeout_ns) const {
   std::lock_guard lk(mu_);
   auto agents = nlohmann::json::array();
@@ -116,6 +136,10 @@ nlohmann::json Registry::status(uint64_t now_ns, uint64_t connected_timeout_ns) 
                            {"heartbeats", c.heartbeats},
                            {"rejected", c.rejected},
                            {"rejected_by_reason", c.rejected_by_reason},
+                           {"deferred", c.deferred},
+                           {"deferred_bytes", c.deferred_bytes},
+                           {"deferred_by_peer", c.deferred_by_peer},
+                           {"nodes_refused", c.nodes_refused},
                            {"commit_failures", c.commit_failures},
                            {"records_stored", c.records_stored},
                            {"commits", c.commits},

@@ -51,6 +51,12 @@ struct IngestCounters {
     uint64_t errors = 0, hwm = 0, last_success_ns = 0;
     std::string last_error;  // of the current failure streak; "" when the last attempt succeeded
   } clickhouse;
+  // Messages over their sender's byte budget (Settings::peer_bytes_per_s) or too large for the pipeline's
+  // room (one large message at a time, ingest.cpp): not decoded, not acknowledged (the sender resends). By
+  // sender (the key's node, "plain" on plain TCP); bounded like the reasons.
+  uint64_t deferred = 0, deferred_bytes = 0;
+  std::map<std::string, uint64_t> deferred_by_peer;
+  uint64_t nodes_refused = 0;  // HELLOs of new nodes beyond Settings::max_nodes
 };
 
 class Registry {
@@ -65,6 +71,9 @@ class Registry {
   int64_t on_seen(const std::string& node, uint64_t sent_ns, uint64_t now_ns, const Counters* counters,
                   uint64_t add_records);
   void count_reject(const std::string& reason);
+  void count_deferred(const std::string& peer, uint64_t messages, uint64_t bytes);
+  bool has_node(const std::string& node) const;
+  std::size_t node_count() const;
   // One commit's outcome; now_ns: when the group's processing began (its latency is measured from there).
   // Returns the log line to write, or "" when this one is not worth a line. A failure starts a failing
   // period; it ends with the first successful commit kCommitRecoveryNs after the last failure: a nearly full

@@ -29,6 +29,20 @@ bool flow_listen_ok(const Settings& s) {
   return true;
 }
 
+// Ranges the option parser cannot express (a usage error names the option).
+bool values_ok(const Settings& s) {
+  // Negative levels are zstd's fast modes (less compression, less CPU).
+  if (s.zstd_level < -7 || s.zstd_level > 19 || s.zstd_level == 0) {
+    std::cerr << "netprism-aggregator: --zstd-level must be -7..-1 or 1..19\n";
+    return false;
+  }
+  if (s.max_message_bytes < 1024 || s.max_message_bytes > (1LL << 30)) {
+    std::cerr << "netprism-aggregator: --max-message-bytes must be 1024..1073741824\n";
+    return false;
+  }
+  return true;
+}
+
 using FromFile = std::vector<std::pair<CLI::Option*, std::function<bool(const config::Values&)>>>;
 
 // The operators' endpoints (HTTP API, webhooks; config [http], [webhooks]) and tenant attribution.
@@ -124,6 +138,8 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
       {"--connected-timeout-s", &s.connected_timeout_s, "agent counts as connected if heard within this"},
       {"--zstd-level", &s.zstd_level, "compression level of stored batches"},
       {"--max-message-bytes", &s.max_message_bytes, "largest agent message accepted"},
+      {"--peer-bytes-per-s", &s.peer_bytes_per_s, "ingest byte budget of each sender (0: none)"},
+      {"--max-nodes", &s.max_nodes, "most registered nodes; HELLOs beyond are refused (0: no bound)"},
       {"--ingest-threads", &s.ingest_threads,
        "threads decoding/compressing batches (0: one per core, max 4)"},
       {"--query-max-rows", &s.query_max_rows, "most rows a flows query returns (0: no bound)"},
@@ -177,12 +193,7 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
       }
     }
   }
-  // Negative levels are zstd's fast modes (less compression, less CPU).
-  if (s.zstd_level < -7 || s.zstd_level > 19 || s.zstd_level == 0) {
-    std::cerr << "netprism-aggregator: --zstd-level must be -7..-1 or 1..19\n";
-    return cli::kExitUsage;
-  }
-  if (!flow_listen_ok(s)) return cli::kExitUsage;
+  if (!values_ok(s) || !flow_listen_ok(s)) return cli::kExitUsage;
   if (std::string err; !s.clickhouse_url.empty() && !clickhouse::parse_url(s.clickhouse_url, err)) {
     std::cerr << "netprism-aggregator: --clickhouse: " << err << "\n";
     return cli::kExitUsage;

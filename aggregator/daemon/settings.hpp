@@ -38,7 +38,22 @@ struct Settings {
   // which took half of zstd's time for ~4 % fewer bytes (bench/ingest/prepare_bench: 59 vs 30 ns/record,
   // 17.6 vs 18.4 B/record).
   int64_t zstd_level = -1;
-  int64_t max_message_bytes = 64LL << 20;  // the wire codec's own default limit
+  // Largest agent message accepted (also ZeroMQ's per-frame limit on the ingest socket, plus 64 KiB so that
+  // frames just above it are answered with a reason). 16 MiB is ~50 agent batches of the default 4,096
+  // flowlets (~330 KB) and 80k flowlets at their widest encoding (195 B); it also bounds what ZeroMQ may
+  // queue per peer before the daemon reads it (2 messages + 1 in transit = 48 MiB): 8 peers flooding
+  // maximum-size messages stay within 400 MiB there (the exhaustion test, issue 18). Was 64 MiB.
+  int64_t max_message_bytes = 16LL << 20;
+  // Per-peer byte budget of the ingest (issue 18): each sender (its key's node; on plain TCP its connection)
+  // gets a token bucket of this many bytes per second, holding up to max(1 s of it, one maximum message). A
+  // message beyond it is deferred: not decoded, not acknowledged (the agent keeps it and resends after its
+  // ACK timeout), counted in `status` (ingest.deferred*). 32 MiB/s is twice what an agent at its default
+  // budget ships (200k records/s x ~80 B); so one peer's flood takes at most that share of the pipeline.
+  // 0: no budget.
+  int64_t peer_bytes_per_s = 32LL << 20;
+  // Registered nodes at most (HELLOs of new nodes beyond it are refused, counted: ingest.nodes_refused);
+  // 0: no bound. 10,000 is ten times the largest cluster the load tests model.
+  int64_t max_nodes = 10000;
   // Threads that decode and compress incoming batches (the ingest pool; the receiving thread only moves
   // messages); 0: one per core, at most 4 (beyond that the single SQLite writer is the limit).
   int64_t ingest_threads = 0;
@@ -60,7 +75,7 @@ struct Settings {
   // Query bounds (issue 18): `flows` returns at most this many rows (largest first, "truncated": true beyond;
   // ~250 JSON bytes a row, so 1M rows is a ~250 MB reply, under the CLI's 1 GiB cap) and gives up after this
   // many ms (below the CLI's 9 s largest --timeout, so the client gets the error rather than a timeout;
-  // the query endpoint answers one request at a time, so this also bounds how long others wait).
+  // flows and dump run one at a time on the query worker, so this also bounds how long the next one waits).
   int64_t query_max_rows = 1000000;
   int64_t query_deadline_ms = 8000;
   std::string config;

@@ -1,6 +1,7 @@
 // Issue 18's acceptance over the real daemon with CURVE + ZAP: a plain DEALER gets nothing and stores
-// nothing; an agent key bound to node A cannot write for node B; an unknown key gets nothing; a `read`
-// client gets jobs but not flows or dump; an agent pinned to the wrong server key never drops its spool.
+// nothing (its bytes never reach the decoder: ingest.messages stays 0); an agent key bound to node A cannot
+// write for node B; an unknown key gets nothing; a `read` client gets jobs but not flows or dump; an agent
+// pinned to the wrong server key never drops its spool.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -224,4 +225,65 @@ TEST_F(AuthTest, WrongServerKeyAgentNeverDropsItsSpool) {
   EXPECT_EQ(stored_for("node-a"), 3u);
 }
 
+}  // namespace
+
+namespace {
+// The agent's real delivery path against a sender byte budget (issue 18): batches over it are deferred (no
+// ACK); the agent keeps them, reconnects after its ACK timeout and resends, until every one is stored once.
+TEST_F(AuthTest, AgentOverItsByteBudgetResendsUntilStored) {
+  proc_.reset();
+  proc_ = std::make_unique<AggregatorProcess>(
+      NETPRISM_AGGREGATOR_BIN, dir_ + "/data", free_port(), free_port(),
+      std::vector<std::string>{"--server-key", dir_ + "/server.key", "--agents", dir_ + "/agents",
+                               "--clients", dir_ + "/clients", "--max-message-bytes", "65536",
+                               "--peer-bytes-per-s", "16384"});
+  proc_->set_client(client("admin"));
+  ASSERT_TRUE(proc_->wait_ready(ctx_));
+  agent::Spool spool(dir_ + "/spool2", 16 << 20);
+  std::string err;
+  ASSERT_TRUE(spool.open(err)) << err;
+  agent::DeliveryOptions o;
+  o.endpoint = proc_->listen();
+  o.curve = client("agent_a");
+  o.ack_timeout_ns = 1'000'000'000;
+  o.backoff_min_ns = 20'000'000;
+  o.backoff_max_ns = 200'000'000;
+  agent::Delivery d(
+      ctx_, o, spool,
+      [] {
+        Hello h;
+        h.node = "node-a";
+        h.epoch = 4;
+        h.sent_ns = agent::real_now_ns();
+        return h;
+      },
+      [] {
+        Heartbeat hb;
+        hb.node = "node-a";
+        hb.epoch = 4;
+        return hb;
+      });
+  constexpr uint64_t kBatches = 20;  // ~20 KB each: a window of 16 is 2.5 times the 128 KiB bucket
+  for (uint64_t seq = 0; seq < kBatches; ++seq) {
+    Batch b = one_batch("node-a", 4, seq);
+    for (int i = 1; i < 150; ++i) {
+      b.flowlets.push_back(b.flowlets[0]);
+      b.flowlets.back().key.sport = static_cast<uint16_t>(b.flowlets.back().key.sport + i);
+    }
+    d.submit({4, seq}, wire::encode(b), 150);
+  }
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < end && !d.idle()) {
+    d.service(agent::mono_now_ns());
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  auto stats = d.stats();
+  EXPECT_EQ(stats.acked_batches, kBatches);
+  EXPECT_EQ(stats.rejected_batches, 0u);
+  EXPECT_GT(stats.resent_batches, 0u) << "nothing was deferred: the test did not exceed the budget";
+  auto st = status();
+  EXPECT_GT(st["ingest"]["deferred"].get<uint64_t>(), 0u) << st.dump();
+  EXPECT_GT(st["ingest"]["deferred_by_peer"].value("node-a", 0), 0);
+  EXPECT_EQ(stored_for("node-a"), kBatches) << "a deferred batch was lost or stored twice";
+}
 }  // namespace

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <vector>
 
-#include "rdma_netlink.hpp"
+#include "rdma/netlink.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   using namespace netprism;

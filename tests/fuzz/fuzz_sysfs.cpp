@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "fuzz_util.hpp"
-#include "rdma_sysfs.hpp"
+#include "rdma/sysfs.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   using namespace netprism;
