@@ -25,27 +25,16 @@ import bisect
 import glob
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-import zmq
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "support"))
+from nplocal import Query, free_ports  # noqa: E402
 
 WARMUP = 4
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def recordings():
@@ -62,26 +51,6 @@ def offline_jobs(cli, csv, topo):
     doc = json.loads(subprocess.run([cli, "analyze", "--input", csv, "--format", "csv", "--topology", topo, "--json"],
                                     check=True, capture_output=True, text=True).stdout)
     return [(sorted(j["nodes"]), len(j.get("iterations", []))) for j in doc["jobs"]]
-
-
-class Query:
-    def __init__(self, endpoint):
-        self.ctx, self.endpoint = zmq.Context(), endpoint
-
-    def __call__(self, req):
-        s = self.ctx.socket(zmq.REQ)
-        s.setsockopt(zmq.LINGER, 0)
-        s.setsockopt(zmq.RCVTIMEO, 10000)
-        s.setsockopt(zmq.SNDTIMEO, 10000)
-        s.connect(self.endpoint)
-        try:
-            s.send_string(json.dumps(req))
-            rep = json.loads(s.recv_string())
-        except zmq.Again:
-            return None
-        finally:
-            s.close()
-        return rep.get("result") if rep.get("ok") else None
 
 
 def threads(pid, name=None):

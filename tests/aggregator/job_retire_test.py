@@ -13,24 +13,13 @@ usage: job_retire_test.py SIM AGGREGATOR
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-import zmq
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from nplocal import Query, free_ports  # noqa: E402
 
 
 class Daemon:
@@ -40,22 +29,11 @@ class Daemon:
             [agg_bin, "--listen", self.ingest, "--query", self.query, "--data-dir", os.path.join(work, "data"),
              "--insecure", "--analysis-window-s", "3"],
             stdout=open(os.path.join(work, "agg.log"), "a"), stderr=subprocess.STDOUT)
-        self.ctx = zmq.Context()
+        self.ask = Query(self.query)
 
     def call(self, req):
-        s = self.ctx.socket(zmq.REQ)
-        s.setsockopt(zmq.LINGER, 0)
-        s.setsockopt(zmq.RCVTIMEO, 5000)
-        s.setsockopt(zmq.SNDTIMEO, 5000)
-        s.connect(self.query)
-        try:
-            s.send_string(json.dumps(req))
-            rep = json.loads(s.recv_string())
-        except zmq.Again:
-            return None
-        finally:
-            s.close()
-        return rep.get("result") if rep.get("ok") else None
+        return self.ask(req)
+
 
     def wait_up(self):
         deadline = time.time() + 20

@@ -20,30 +20,18 @@ usage: live_latency_test.py SIM AGGREGATOR NETPRISM
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-import zmq
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from nplocal import Query, free_ports  # noqa: E402
 
 LATENCY_S = 2.0  # the requirement
 SHARE = 0.90  # of iterations within it (see the module docstring)
 CEILING_S = 5.0  # none may be later than this
 WARMUP = 4  # the timeline needs three inter-iteration gaps before it can find the period at all
-
-
-def free_ports(n):
-    """n ports the kernel reports free (a random pick could land on a port an outgoing connection holds)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def main():
@@ -56,22 +44,7 @@ def main():
                                 os.path.join(work, "data"), "--insecure"], stdout=open(os.path.join(work, "agg.log"), "w"),
                                stderr=subprocess.STDOUT)
         procs.append(agg)
-        ctx = zmq.Context()
-
-        def call(req):
-            s = ctx.socket(zmq.REQ)
-            s.setsockopt(zmq.LINGER, 0)
-            s.setsockopt(zmq.RCVTIMEO, 5000)
-            s.setsockopt(zmq.SNDTIMEO, 5000)
-            s.connect(query)
-            try:
-                s.send_string(json.dumps(req))
-                rep = json.loads(s.recv_string())
-            except zmq.Again:
-                return None
-            finally:
-                s.close()
-            return rep.get("result") if rep.get("ok") else None
+        call = Query(query)
 
         deadline = time.time() + 20
         while call({"cmd": "status"}) is None:

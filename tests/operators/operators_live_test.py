@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,6 +33,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from nplocal import free_ports  # noqa: E402
+
 TOKEN = "t0ken-for-the-test"
 CONTRACT_METRICS = ["netprism_job_step_seconds", "netprism_job_iterations_total", "netprism_job_state",
                     "netprism_findings", "netprism_ingest_records_total", "netprism_agent_connected"]
@@ -41,17 +43,6 @@ CONTRACT_METRICS = ["netprism_job_step_seconds", "netprism_job_iterations_total"
 VOLATILE = {"now_ns", "analysed_ns", "last_run_ns", "took_ms", "hours_observed", "node_hours", "node_hours_lost",
             "hang", "total", "time_lost_share", "last_seen_ns", "lag_ns", "commit_seconds_sum", "commits",
             "last_commit_latency_ns", "messages", "heartbeats", "counters", "clock_offset_ns", "connected"}
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def strip(doc):

@@ -10,23 +10,14 @@ usage: systemd_notify_test.py AGGREGATOR
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 
 from notify_socket import NotifySocket
 
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from nplocal import free_ports  # noqa: E402
 
 
 def main():
