@@ -162,7 +162,9 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
   }
   auto snap = live_.latest();
   if (cmd == "jobs") {  // the live view, then stored (retired) jobs most recently active first, bounded
-    auto doc = jobs_document(snap->jobs, *reader_, u64_arg(req, "limit", kStoredJobsDefault));
+    std::unique_lock<std::mutex> lk(history_mu_);
+    auto doc = jobs_document(snap->jobs, history_reader(), u64_arg(req, "limit", kStoredJobsDefault));
+    lk.unlock();
     doc["analysed_ns"] = snap->computed_ns;
     if (tenants_) tenants_->annotate(doc, "jobs");
     return doc;
@@ -178,8 +180,10 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
     const std::string id = req["id"];
     const auto* j = snap->find(id);
     if (!j) {  // retired (or not analysed again since a restart): from the store, a page of iterations
-      auto doc = stored_job_document(*reader_, cmd, id, static_cast<int64_t>(u64_arg(req, "from", 0)) - 1,
-                                     u64_arg(req, "limit", kStoredIterationsDefault));
+      std::lock_guard<std::mutex> lk(history_mu_);
+      auto doc =
+          stored_job_document(history_reader(), cmd, id, static_cast<int64_t>(u64_arg(req, "from", 0)) - 1,
+                              u64_arg(req, "limit", kStoredIterationsDefault));
       if (!doc) throw NotFound("no job '" + id + "' (see `netprism jobs`)");
       return *doc;
     }
@@ -190,6 +194,12 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
   }
   if (cmd == "dump") return dump(req);
   throw BadRequest("unknown command '" + cmd + "'");
+}
+
+store::Store& QueryServer::history_reader() {
+  if (!history_reader_)
+    history_reader_ = std::make_unique<store::Store>(s_.data_dir, store::Db::Mode::kReadOnly);
+  return *history_reader_;
 }
 
 bool QueryServer::reads_store(const nlohmann::json& req) {

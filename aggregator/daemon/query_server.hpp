@@ -57,6 +57,11 @@ class QueryServer {
   store::OwnTraffic own_;
   std::mutex mu_;  // answer(): the ZeroMQ and HTTP threads share reader_
   std::unique_ptr<store::Store> reader_;
+  // Retired jobs (jobs, job/timeline/... of a job not in the live view): small bounded reads answered on the
+  // asking thread, so they have their own read-only connection (reader_ belongs to the store-read worker).
+  std::mutex history_mu_;
+  std::unique_ptr<store::Store> history_reader_;
+  store::Store& history_reader();     // opened on first use; call with history_mu_ held
   std::unique_ptr<Tenants> tenants_;  // with --tenants: "tenant"/"job_name" in jobs and report entries
   zmq::socket_t router_;
   bool authenticated_ = false;  // CURVE + ZAP: each request carries its key's role
