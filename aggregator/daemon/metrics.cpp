@@ -100,7 +100,7 @@ void ingest_metrics(Builder& b, const json& st) {
   b.set("netprism_analysis_last_pass_timestamp_seconds", "when the last analysis pass ran (0: none yet)",
         num(an, "last_run_ns") / 1e9);
   b.set("netprism_analysis_window_events", "transfers kept by the live analysis", num(an, "window_events"));
-  b.total("netprism_analysis_dropped_events_total", "events the analysis shed at its memory bound",
+  b.total("netprism_analysis_dropped_events_total", "events the live analysis shed, all causes",
           num(an, "dropped_events"));
   // The same events by cause (their sum is the total above): a separate family, so that sum() over it
   // does not count them twice.
