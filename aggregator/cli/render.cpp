@@ -136,6 +136,17 @@ std::string render_status(const json& doc, uint64_t now_ns) {
     out += "analysis: " + u(*an, "jobs") + " jobs, " + u(*an, "window_events") +
            " events in window, last run " +
            (un(*an, "last_run_ns") ? format_time(un(*an, "last_run_ns")) : std::string("never")) + "\n";
+  if (auto an = doc.find("analysis"); an != doc.end() && un(*an, "dropped_events")) {
+    // Why the live view shed work (the store still has everything), by cause.
+    out += "analysis: " + u(*an, "dropped_events") + " events dropped";
+    std::string sep = " (";
+    for (auto& [k, v] : obj(*an, "dropped_by_cause").items())
+      if (v.is_number() && v.get<double>() > 0) {
+        out += sep + k + " " + v.dump();
+        sep = ", ";
+      }
+    out += sep == ", " ? ")\n" : "\n";
+  }
   if (auto st = doc.find("store"); st != doc.end()) {
     out += "store: " + u(*st, "batches") + " batches, " + human_bytes(un(*st, "compressed_bytes")) +
            " compressed\n";

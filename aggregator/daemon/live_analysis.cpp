@@ -100,7 +100,8 @@ void LiveAnalysis::feed(std::string&& stored, std::size_t flowlets) {
   // Half the analysis' transfer bound: a backlog of that size means the analysis is many passes behind
   // anyway (a pending flowlet costs ~18 bytes as stored, a kept transfer 32).
   if (pending_events_ + flowlets > static_cast<std::size_t>(s_.analysis_max_events) / 2) {
-    dropped_ += flowlets;  // the analysis is far behind: bound memory; the store still has everything
+    dropped_.queue_full +=
+        flowlets;  // the analysis is far behind: bound memory; the store still has everything
     return;
   }
   pending_events_ += flowlets;
@@ -112,9 +113,13 @@ std::shared_ptr<const Snapshot> LiveAnalysis::latest() const {
   return latest_;
 }
 
-uint64_t LiveAnalysis::dropped() const {
+LiveAnalysis::Dropped LiveAnalysis::dropped_by_cause() const {
   std::lock_guard lk(mu_);
-  return dropped_ + engine_dropped_;
+  return dropped_;
+}
+
+uint64_t LiveAnalysis::dropped() const {
+  return dropped_by_cause().total();
 }
 
 uint64_t LiveAnalysis::deferred() const {
@@ -186,7 +191,7 @@ void LiveAnalysis::add_pending() {
     if (!batch) {  // cannot happen (ingest encoded it just now); counted and logged, never silent
       log_line("analysis: a fed batch does not decode: " + err);
       std::lock_guard lk(mu_);
-      dropped_ += flowlets;
+      dropped_.undecodable += flowlets;
       continue;
     }
     feed_.add(batch->node, batch->flowlets, [&](const Flowlet& f) { return own_.matches(f); });
@@ -255,7 +260,8 @@ void LiveAnalysis::publish(uint64_t now, std::chrono::steady_clock::time_point s
   snap->events = engine_.stats().xfers;
   const auto& st = engine_.stats();
   std::lock_guard lk(mu_);
-  engine_dropped_ = st.dropped_events + st.dropped_xfers;
+  dropped_.conn_table_full = st.dropped_events;
+  dropped_.xfer_bound = st.dropped_xfers;
   engine_deferred_ = st.deferred;
   latest_ = std::move(snap);
 }

@@ -48,8 +48,17 @@ class LiveAnalysis {
   void feed(std::string&& stored, std::size_t flowlets);
   void run(std::stop_token stop);
   std::shared_ptr<const Snapshot> latest() const;
-  // Events the analysis could not take (pending queue full, connection table full) plus transfers it
-  // evicted early at its memory bound: counted, never silent (`netprism status`: dropped_events).
+  // What the live view shed, by cause (`netprism status`: analysis.dropped_by_cause; /metrics:
+  // netprism_analysis_dropped_events_by_cause_total{cause}), so an operator can tell why it shed work.
+  struct Dropped {
+    uint64_t queue_full = 0;       // flowlets refused by feed(): the pending queue was at its bound
+    uint64_t conn_table_full = 0;  // events the engine refused: its connection table was full
+    uint64_t xfer_bound = 0;       // transfers the engine evicted early at its transfer bound
+    uint64_t undecodable = 0;      // flowlets of a fed batch that did not decode (cannot happen)
+    uint64_t total() const { return queue_full + conn_table_full + xfer_bound + undecodable; }
+  };
+  Dropped dropped_by_cause() const;
+  // Their sum (`netprism status`: dropped_events): counted, never silent.
   uint64_t dropped() const;
   // Job re-analyses put off to a later pass because a pass' budget was spent (`netprism status`:
   // deferred_jobs): nothing is lost, the job's new iterations show up a pass later.
@@ -73,11 +82,10 @@ class LiveAnalysis {
   // (~18 B per flowlet; decompressed and decoded by the analysis thread).
   std::vector<std::pair<std::string, std::size_t>> pending_;  // stored bytes, flowlets
   std::size_t pending_events_ = 0;
-  uint64_t dropped_ = 0;
+  Dropped dropped_;  // queue_full and undecodable counted here; the engine's two copied from its stats
   std::shared_ptr<const Snapshot> latest_;
 
-  uint64_t engine_dropped_ = 0;   // the engine's counts, published for dropped()
-  uint64_t engine_deferred_ = 0;  // ... and deferred()
+  uint64_t engine_deferred_ = 0;  // the engine's count, published for deferred()
 
   // Owned by the analysis thread.
   analysis::StreamingAnalysis engine_;

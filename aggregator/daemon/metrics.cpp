@@ -100,8 +100,16 @@ void ingest_metrics(Builder& b, const json& st) {
   b.set("netprism_analysis_last_pass_timestamp_seconds", "when the last analysis pass ran (0: none yet)",
         num(an, "last_run_ns") / 1e9);
   b.set("netprism_analysis_window_events", "transfers kept by the live analysis", num(an, "window_events"));
-  b.total("netprism_analysis_dropped_events_total", "events the analysis shed at its memory bound",
+  b.total("netprism_analysis_dropped_events_total", "events the live analysis shed, all causes",
           num(an, "dropped_events"));
+  // The same events by cause (their sum is the total above): a separate family, so that sum() over it
+  // does not count them twice.
+  auto& by_cause = b.counter("netprism_analysis_dropped_events_by_cause_total",
+                             "events the live analysis shed, by cause (queue_full, conn_table_full, "
+                             "xfer_bound, undecodable)");
+  const json causes = an.value("dropped_by_cause", json::object());  // items() needs a live object
+  for (const auto& [cause, n] : causes.items())
+    by_cause.Add({{"cause", cause}}).Increment(n.is_number() ? std::max(0.0, n.get<double>()) : 0.0);
 }
 
 // Agent counters relayed from HEARTBEATs and batches: levels are gauges, dropped_* one counter by reason,

@@ -135,6 +135,11 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
     st["analysis"] = {{"last_run_ns", snap->computed_ns},  {"took_ms", snap->took_ns / 1e6},
                       {"window_events", snap->events},     {"jobs", snap->jobs.size()},
                       {"dropped_events", live_.dropped()}, {"deferred_jobs", live_.deferred()}};
+    const auto d = live_.dropped_by_cause();  // dropped_events is their sum
+    st["analysis"]["dropped_by_cause"] = {{"queue_full", d.queue_full},
+                                          {"conn_table_full", d.conn_table_full},
+                                          {"xfer_bound", d.xfer_bound},
+                                          {"undecodable", d.undecodable}};
     st["connected_timeout_s"] = s_.connected_timeout_s;
     if (authenticated_)  // connections the ZAP handler refused (unknown keys), and the allowlists' sizes
       st["auth"] = {{"agent_keys", auth_->agents()},

@@ -27,7 +27,8 @@ struct Settings {
   int64_t analysis_window_s = 600;
   // Memory bound of the live analysis: transfers it keeps for the jobs' tails (32 B each) and, at half of
   // it, flowlets waiting for the next pass (112 B each): 2M ~ 64 + 112 MB. What does not fit is counted
-  // (`netprism status`: analysis.dropped_events), never silently lost; the store keeps everything.
+  // (`netprism status`: analysis.dropped_events, by cause in dropped_by_cause), never silently lost; the
+  // store keeps everything.
   int64_t analysis_max_events = 2000000;
   // An agent is "connected" if it was heard from within this time. Agents send a batch every ~100 ms while
   // there is traffic and a heartbeat at least every few seconds otherwise; 15 s is three missed 5 s

@@ -12,6 +12,9 @@ the cluster in real time, this script polling the real query API.
   every 0.25 s (the iteration count) and a job's `timeline` fetched when its count changed, so the figures
   include up to 0.25 s of polling. Iterations never seen are counted apart (`iterations_missed`).
 - shed_events: the analysis' counted drops (`dropped_events`) plus deferred job re-analyses (`deferred_jobs`).
+  Extra keys split dropped_events by cause: dropped_queue_full (pending queue from ingest full),
+  dropped_conn_table_full (connection table full), dropped_xfer_bound (transfers evicted early at
+  analysis_max_events), dropped_undecodable.
 - rss_*_half_mb: the aggregator's peak RSS in each half of the run; ack_p99_ms: batch sent -> ACK at the
   virtual agents.
 - analysis_cpu_s / aggregator_cpu_s: CPU seconds of the live-analysis thread and of the whole aggregator.
@@ -35,6 +38,7 @@ from nplocal import Query, free_ports  # noqa: E402
 
 WARMUP = 4
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHED_CAUSES = ("queue_full", "conn_table_full", "xfer_bound", "undecodable")  # status: analysis.dropped_by_cause
 
 
 def recordings():
@@ -233,12 +237,13 @@ def report(q, vis, replays, offline, rss, loads, sim_lines, minutes, nodes, jobs
             tl = q({"cmd": "timeline", "id": ids[key]}) or {}
             line += f"; live ends {[i['end_ns'] for i in tl.get('iterations', [])[:6]]} truth {tr['ends'][:6]}"
         print(line, flush=True)
+    by_cause = an.get("dropped_by_cause", {})
     half = minutes * 60 / 2
     first = [r for t, r in rss if t <= half] or [0]
     second = [r for t, r in rss if t > half] or [0]
     print(f"visibility: {len(lat)} iterations seen, {missed} missed; median {pct(lat, 0.5)} s; "
           f"load average during the run: {', '.join(f'{x:.1f}' for x in loads)}; "
-          f"analysis: last pass {an.get('took_ms')} ms, dropped {an.get('dropped_events')}, "
+          f"analysis: last pass {an.get('took_ms')} ms, dropped {an.get('dropped_events')} {by_cause}, "
           f"deferred {an.get('deferred_jobs')}", flush=True)
     out = {"nodes": nodes, "jobs": jobs, "minutes": minutes, "records_per_s": float(done["records_per_s"]),
            "visible_p95_s": pct(lat, 0.95), "visible_p99_s": pct(lat, 0.99),
@@ -250,7 +255,9 @@ def report(q, vis, replays, offline, rss, loads, sim_lines, minutes, nodes, jobs
            "records_acked": int(done["records_acked"]), "all_acked": done["all_acked"],
            "records_per_node_iteration": round(int(done["records_sent"]) / max(1, vis.node_iterations(run_end_ns)), 1),
            "load_avg_mean": round(sum(loads) / len(loads), 2) if loads else None,
-           "analysis_nice": int(os.environ.get("NP_ANALYSIS_NICE", 10)), **cpu}
+           "analysis_nice": int(os.environ.get("NP_ANALYSIS_NICE", 10)), **cpu,
+           # dropped_events by cause (`status`: analysis.dropped_by_cause): why the live view shed work
+           **{f"dropped_{c}": int(by_cause.get(c, 0)) for c in SHED_CAUSES}}
     print(json.dumps(out))
     return 0
 

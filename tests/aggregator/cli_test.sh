@@ -69,6 +69,9 @@ run 0 status --json && {
   jcheck "all(a['connected'] is True and a['records'] == 120 for a in d['agents'])"
   jcheck "d['records_total'] == $records"
   jcheck "all(a['counters'].get('shipped') == 120 and 'clock_offset_ns' in a and a['clock']['source'] for a in d['agents'])"
+  # what the live view shed, by cause, summing to dropped_events (nothing shed at this size)
+  jcheck "set(d['analysis']['dropped_by_cause']) == {'queue_full','conn_table_full','xfer_bound','undecodable'}"
+  jcheck "sum(d['analysis']['dropped_by_cause'].values()) == d['analysis']['dropped_events'] == 0"
 }
 run 0 status && { tcheck "^NODE +CONNECTED"; tcheck "^node0 +yes"; tcheck "records total: $records"; }
 run 0 --json status && jcheck "'agents' in d"          # global option before the command

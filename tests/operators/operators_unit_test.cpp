@@ -59,7 +59,11 @@ TEST(Metrics, RendersTheDocumentsWithConventionalNamesAndLabels) {
           {{"spool_bytes", 4096}, {"dropped_spool_full", 3}, {"probe_ringbuf_full", 2}, {"acked", 37}}}}}},
       {"ingest", {{"records_stored", 40}, {"rejected", 2}, {"rejected_by_reason", {{"bad N", 2}}}}},
       {"store", {{"compressed_bytes", 1234}, {"commit_failing", false}}},
-      {"analysis", {{"took_ms", 12.5}, {"dropped_events", 7}}},
+      {"analysis",
+       {{"took_ms", 12.5},
+        {"dropped_events", 7},
+        {"dropped_by_cause",
+         {{"queue_full", 4}, {"conn_table_full", 1}, {"xfer_bound", 2}, {"undecodable", 0}}}}},
       {"connected_timeout_s", 15}};
   auto j = job("j1", "running", {100, 300, 200});
   j.findings = {finding("straggler", "n1", 1, 0.3), finding("straggler", "n1", 2, 0.5)};
@@ -81,6 +85,10 @@ TEST(Metrics, RendersTheDocumentsWithConventionalNamesAndLabels) {
   EXPECT_TRUE(has_line(m, "netprism_store_bytes 1234"));
   EXPECT_TRUE(has_line(m, "netprism_analysis_pass_seconds 0.0125"));
   EXPECT_TRUE(has_line(m, "netprism_analysis_dropped_events_total 7"));
+  EXPECT_TRUE(has_line(m, "netprism_analysis_dropped_events_by_cause_total{cause=\"queue_full\"} 4"));
+  EXPECT_TRUE(has_line(m, "netprism_analysis_dropped_events_by_cause_total{cause=\"conn_table_full\"} 1"));
+  EXPECT_TRUE(has_line(m, "netprism_analysis_dropped_events_by_cause_total{cause=\"xfer_bound\"} 2"));
+  EXPECT_TRUE(has_line(m, "netprism_analysis_dropped_events_by_cause_total{cause=\"undecodable\"} 0"));
   EXPECT_TRUE(has_line(m, "netprism_agent_connected{node=\"n0\"} 1"));
   EXPECT_TRUE(has_line(m, "netprism_agent_spool_bytes{node=\"n0\"} 4096"));
   EXPECT_TRUE(has_line(m, "netprism_agent_dropped_records_total{node=\"n0\",reason=\"spool_full\"} 3"));
