@@ -232,8 +232,8 @@ namespace {
 // ACK); the agent keeps them, reconnects after its ACK timeout and resends, until every one is stored once.
 // The budget is 1 KiB/s, so its 128 KiB bucket takes ~10 of the 20 batches (~13 KB each on the wire; 10
 // measured) and the refill is negligible: deferrals happen however slowly the daemon reads (under TSan it
-// is 5-15x slower; at 16-64 KiB/s the refill covered a slow daemon's reads and nothing was deferred,
-// measured under TSan on the loaded shared machine). Once the agent has resent deferred
+// is 5-15x slower; at 64 KiB/s the refill covered a slow daemon's reads and nothing was deferred, measured
+// under TSan on the loaded shared machine; 16 KiB/s only moves that line). Once the agent has resent deferred
 // batches, the daemon restarts on the same ports and store without a budget, and the agent, unchanged,
 // delivers the rest: every batch stored exactly once.
 TEST_F(AuthTest, AgentOverItsByteBudgetResendsUntilStored) {
