@@ -127,6 +127,8 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
   const std::string cmd = req["cmd"];
   if (reads_store(req) && !reader_)
     reader_ = std::make_unique<store::Store>(s_.data_dir, store::Db::Mode::kReadOnly);
+  if (reads_history(req) && !history_reader_)
+    history_reader_ = std::make_unique<store::Store>(s_.data_dir, store::Db::Mode::kReadOnly);
   const uint64_t now = now_unix_ns();
 
   if (cmd == "status") {
@@ -162,7 +164,7 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
   }
   auto snap = live_.latest();
   if (cmd == "jobs") {  // the live view, then stored (retired) jobs most recently active first, bounded
-    auto doc = jobs_document(snap->jobs, *reader_, u64_arg(req, "limit", kStoredJobsDefault));
+    auto doc = jobs_document(snap->jobs, *history_reader_, u64_arg(req, "limit", kStoredJobsDefault));
     doc["analysed_ns"] = snap->computed_ns;
     if (tenants_) tenants_->annotate(doc, "jobs");
     return doc;
@@ -178,8 +180,9 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
     const std::string id = req["id"];
     const auto* j = snap->find(id);
     if (!j) {  // retired (or not analysed again since a restart): from the store, a page of iterations
-      auto doc = stored_job_document(*reader_, cmd, id, static_cast<int64_t>(u64_arg(req, "from", 0)) - 1,
-                                     u64_arg(req, "limit", kStoredIterationsDefault));
+      auto doc =
+          stored_job_document(*history_reader_, cmd, id, static_cast<int64_t>(u64_arg(req, "from", 0)) - 1,
+                              u64_arg(req, "limit", kStoredIterationsDefault));
       if (!doc) throw NotFound("no job '" + id + "' (see `netprism jobs`)");
       return *doc;
     }
@@ -198,9 +201,20 @@ bool QueryServer::reads_store(const nlohmann::json& req) {
   return it != req.end() && it->is_string() && (*it == "flows" || *it == "dump");
 }
 
+// Commands that may read job history from the store (a retired job's, or the stored jobs after the live
+// ones).
+bool QueryServer::reads_history(const nlohmann::json& req) {
+  if (!req.is_object()) return false;
+  auto it = req.find("cmd");
+  return it != req.end() && it->is_string() &&
+         (*it == "jobs" || *it == "job" || *it == "timeline" || *it == "diagnose" || *it == "perfetto");
+}
+
 nlohmann::json QueryServer::answer(const nlohmann::json& req) {
-  std::unique_lock<std::mutex> lk(mu_, std::defer_lock);  // reader_ is shared; the rest is thread-safe
+  // The readers are shared between threads; the rest is thread-safe.
+  std::unique_lock<std::mutex> lk(mu_, std::defer_lock), hk(history_mu_, std::defer_lock);
   if (reads_store(req)) lk.lock();
+  if (reads_history(req)) hk.lock();
   try {
     return {{"ok", true}, {"result", handle(req)}};
   } catch (const NotFound& e) {

@@ -36,7 +36,8 @@ class QueryServer {
   // One request -> its reply document (the envelope above); safe to call from other threads (the HTTP API).
   // Store commands take the reader's lock; the others do not wait for them.
   nlohmann::json answer(const nlohmann::json& req);
-  static bool reads_store(const nlohmann::json& req);  // flows, dump: the worker's
+  static bool reads_store(const nlohmann::json& req);    // flows, dump: the worker's
+  static bool reads_history(const nlohmann::json& req);  // jobs, job ...: history_reader_
 
  private:
   // A request on its way to the worker and back: the client's envelope (identity, delimiter frames) and
@@ -55,8 +56,12 @@ class QueryServer {
   Registry& reg_;
   LiveAnalysis& live_;
   store::OwnTraffic own_;
-  std::mutex mu_;  // answer(): the ZeroMQ and HTTP threads share reader_
+  std::mutex mu_;  // answer(): the store worker and the HTTP thread share reader_ (flows, dump)
   std::unique_ptr<store::Store> reader_;
+  // Job history (jobs, a retired job) is read by the socket's and the HTTP threads: a reader of its own, so
+  // such a bounded read never waits behind a long flows/dump on the worker.
+  std::mutex history_mu_;
+  std::unique_ptr<store::Store> history_reader_;
   std::unique_ptr<Tenants> tenants_;  // with --tenants: "tenant"/"job_name" in jobs and report entries
   zmq::socket_t router_;
   bool authenticated_ = false;  // CURVE + ZAP: each request carries its key's role
