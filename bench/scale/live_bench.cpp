@@ -16,6 +16,7 @@
 #include "feed.hpp"
 #include "incremental.hpp"
 #include "netprism/addr.hpp"
+#include "proc_rss.hpp"
 #include "sim_model.hpp"
 
 using namespace netprism;
@@ -23,15 +24,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-long rss_mb() {
-  FILE* f = std::fopen("/proc/self/status", "r");
-  char line[256];
-  long kb = 0;
-  while (f && std::fgets(line, sizeof line, f))
-    if (std::sscanf(line, "VmRSS: %ld", &kb) == 1) break;
-  if (f) std::fclose(f);
-  return kb / 1024;
-}
+using bench::rss_mb;
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();

@@ -21,21 +21,14 @@
 #include <vector>
 
 #include "incremental.hpp"
+#include "proc_rss.hpp"
 #include "sim_model.hpp"
 
 using namespace netprism;
 
 namespace {
 
-long rss_mb() {
-  FILE* f = std::fopen("/proc/self/status", "r");
-  char line[256];
-  long kb = 0;
-  while (f && std::fgets(line, sizeof line, f))
-    if (std::sscanf(line, "VmRSS: %ld", &kb) == 1) break;
-  if (f) std::fclose(f);
-  return kb / 1024;
-}
+using bench::rss_mb;
 
 // CPU time of this thread: a pass' cost without the other processes of a shared machine.
 double cpu_ms() {

@@ -30,6 +30,26 @@ Batch one_batch(const std::string& node, uint64_t epoch, uint64_t seq) {
   return b;
 }
 
+// The HELLO and heartbeat an agent of `node` in `epoch` sends (what agent::Delivery asks for).
+agent::Delivery::HelloFn hello_of(std::string node, uint64_t epoch) {
+  return [node, epoch] {
+    Hello h;
+    h.node = node;
+    h.epoch = epoch;
+    h.sent_ns = agent::real_now_ns();
+    return h;
+  };
+}
+
+agent::Delivery::HeartbeatFn heartbeat_of(std::string node, uint64_t epoch) {
+  return [node, epoch] {
+    Heartbeat hb;
+    hb.node = node;
+    hb.epoch = epoch;
+    return hb;
+  };
+}
+
 class AuthTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -187,21 +207,7 @@ TEST_F(AuthTest, WrongServerKeyAgentNeverDropsItsSpool) {
     o.hello_timeout_ns = 300'000'000;
     o.backoff_min_ns = 20'000'000;
     o.backoff_max_ns = 200'000'000;
-    agent::Delivery d(
-        ctx_, o, spool,
-        [] {
-          Hello h;
-          h.node = "node-a";
-          h.epoch = 9;
-          h.sent_ns = agent::real_now_ns();
-          return h;
-        },
-        [] {
-          Heartbeat hb;
-          hb.node = "node-a";
-          hb.epoch = 9;
-          return hb;
-        });
+    agent::Delivery d(ctx_, o, spool, hello_of("node-a", 9), heartbeat_of("node-a", 9));
     if (spool.count() == 0)
       for (uint64_t seq = 0; seq < 3; ++seq) d.submit({9, seq}, wire::encode(one_batch("node-a", 9, seq)), 1);
     auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
@@ -260,21 +266,7 @@ TEST_F(AuthTest, AgentOverItsByteBudgetResendsUntilStored) {
   o.ack_timeout_ns = 3'000'000'000;  // TSan's daemon answered a HELLO in up to ~1 s (rtt in the agent log)
   o.backoff_min_ns = 20'000'000;
   o.backoff_max_ns = 200'000'000;
-  agent::Delivery d(
-      ctx_, o, spool,
-      [] {
-        Hello h;
-        h.node = "node-a";
-        h.epoch = 4;
-        h.sent_ns = agent::real_now_ns();
-        return h;
-      },
-      [] {
-        Heartbeat hb;
-        hb.node = "node-a";
-        hb.epoch = 4;
-        return hb;
-      });
+  agent::Delivery d(ctx_, o, spool, hello_of("node-a", 4), heartbeat_of("node-a", 4));
   constexpr uint64_t kBatches = 20;
   for (uint64_t seq = 0; seq < kBatches; ++seq) {
     Batch b = one_batch("node-a", 4, seq);
