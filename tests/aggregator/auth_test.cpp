@@ -20,14 +20,7 @@ namespace {
 constexpr auto kSilence = std::chrono::milliseconds(1500);  // far above a loopback round trip (~1 ms)
 
 Batch one_batch(const std::string& node, uint64_t epoch, uint64_t seq) {
-  Batch b;
-  b.node = node;
-  b.epoch = epoch;
-  b.seq = seq;
-  b.sent_ns = unix_ns();
-  uint64_t t = b.sent_ns - 1000000;
-  b.flowlets.push_back(make_flowlet("10.213.9.1", "10.213.9.2", 40000, 29500, t, t + 500000, 15000, 10));
-  return b;
+  return flowlet_batch(node, epoch, seq, {.src = "10.213.9.1", .dst = "10.213.9.2"});
 }
 
 // The HELLO and heartbeat an agent of `node` in `epoch` sends (what agent::Delivery asks for).

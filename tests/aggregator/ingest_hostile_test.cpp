@@ -24,13 +24,7 @@ std::string tmpdir(const char* what) {
 }
 
 Batch one_batch(const std::string& node, uint64_t epoch, uint64_t seq, uint16_t sport = 40000) {
-  Batch b;
-  b.node = node;
-  b.epoch = epoch;
-  b.seq = seq;
-  b.sent_ns = unix_ns();
-  uint64_t t = b.sent_ns - 1000000;
-  b.flowlets.push_back(make_flowlet("10.213.5.1", "10.213.5.2", sport, 29500, t, t + 500000, 1500 * 10, 10));
+  Batch b = flowlet_batch(node, epoch, seq, {.src = "10.213.5.1", .dst = "10.213.5.2", .sport = sport});
   b.counters = {{"captured", seq + 1}};
   return b;
 }

@@ -14,16 +14,8 @@ using nlohmann::json;
 namespace {
 
 Batch batch_of(const std::string& node, uint64_t epoch, uint64_t seq, std::size_t flowlets) {
-  Batch b;
-  b.node = node;
-  b.epoch = epoch;
-  b.seq = seq;
-  b.sent_ns = unix_ns();
-  uint64_t t = b.sent_ns - 1000000;
-  for (std::size_t i = 0; i < flowlets; ++i)
-    b.flowlets.push_back(make_flowlet("10.213.6.1", "10.213.6.2", static_cast<uint16_t>(30000 + i), 29500, t,
-                                      t + 500000 + i, 1500 * 10 + i, 10));
-  return b;
+  return flowlet_batch(node, epoch, seq,
+                       {.src = "10.213.6.1", .dst = "10.213.6.2", .sport = 30000, .flowlets = flowlets});
 }
 
 class IngestLimitsTest : public ::testing::Test {

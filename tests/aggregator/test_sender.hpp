@@ -70,6 +70,30 @@ inline Flowlet make_flowlet(const std::string& src, const std::string& dst, uint
   return f;
 }
 
+// A batch of `flowlets` one-flow records between two test addresses, dated just before now (what the ingest
+// tests send as a valid agent's batch). Flowlet i has source port sport + i and i extra bytes, so records
+// stay distinct.
+struct BatchShape {
+  std::string src = "10.213.9.1";
+  std::string dst = "10.213.9.2";
+  uint16_t sport = 40000;
+  std::size_t flowlets = 1;
+};
+
+inline Batch flowlet_batch(const std::string& node, uint64_t epoch, uint64_t seq,
+                           const BatchShape& shape = {}) {
+  Batch b;
+  b.node = node;
+  b.epoch = epoch;
+  b.seq = seq;
+  b.sent_ns = unix_ns();
+  uint64_t t = b.sent_ns - 1000000;
+  for (std::size_t i = 0; i < shape.flowlets; ++i)
+    b.flowlets.push_back(make_flowlet(shape.src, shape.dst, static_cast<uint16_t>(shape.sport + i), 29500, t,
+                                      t + 500000 + i, 1500 * 10 + i, 10));
+  return b;
+}
+
 class TestSender {
  public:
   // `curve` enabled: a CURVE client (the aggregator's ZAP handler decides whether it gets in).
