@@ -32,6 +32,7 @@ struct TableDef {
 std::vector<TableDef> tables() {
   std::string flow = "node String, epoch UInt64, seq UInt64, idx UInt32, received_ns UInt64";
   each_field_type([&](const char* n, const std::string& t) { flow += std::string(", ") + n + " " + t; });
+  flow += std::string(", ") + kInsertedColumn;
   return {
       {"flowlets", flow,
        "ReplacingMergeTree() PARTITION BY intDiv(first_ns, 86400000000000) "
@@ -64,6 +65,25 @@ std::vector<std::string> schema_ddl(const Url& url) {
                     " ENGINE = Distributed(" + url.cluster + ", " + url.database + ", " + t.name +
                     "_local, " + t.shard_key + ")");
   }
+  return out;
+}
+
+std::vector<std::string> schema_migrations(const Server& server, std::string& err) {
+  const Url& url = server.url();
+  std::vector<std::string> out;
+  std::vector<std::string> names{local_table(url, "flowlets")};
+  if (!url.cluster.empty()) names.push_back(table(url, "flowlets"));
+  for (const auto& t : names) {
+    const std::string name = t.substr(t.find('.') + 1);
+    // 18.16 has no ADD COLUMN IF NOT EXISTS: ask system.columns.
+    auto reply =
+        server.query("SELECT count() FROM system.columns WHERE database = " + sql_quote(url.database) +
+                         " AND table = " + sql_quote(name) + " AND name = 'inserted' FORMAT TabSeparated",
+                     err);
+    if (!reply) return {};
+    if (reply->rfind("0", 0) == 0) out.push_back("ALTER TABLE " + t + " ADD COLUMN " + kInsertedColumn);
+  }
+  err.clear();
   return out;
 }
 

@@ -136,6 +136,10 @@ bool ClickHouseSink::ensure_schema(std::string& err) {
   if (schema_ready_) return true;
   for (const auto& ddl : clickhouse::schema_ddl(server_.url()))
     if (!server_.query(ddl, err)) return false;
+  const auto alters = clickhouse::schema_migrations(server_, err);
+  if (!err.empty()) return false;
+  for (const auto& ddl : alters)
+    if (!server_.query(ddl, err)) return false;
   std::string rows;
   clickhouse::RowWriter w(rows);
   for (uint16_t p : own_.ports) {
