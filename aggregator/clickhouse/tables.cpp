@@ -1,6 +1,8 @@
 #include "tables.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -159,63 +161,93 @@ std::vector<RowRef> sorted_rows(const std::vector<StoredBatch>& batches) {
   return out;
 }
 
-// Bytes of a row in a Native block but its node's text: the fixed-width columns, the node's length byte
-// (names under 128 bytes), the arrays' offsets and elements.
-std::size_t native_row_bytes() {
-  std::size_t n = 1 + 8 + 8 + 4 + 8;
-  for_each_flowlet_field([&](auto info, auto get) {
-    n += sizeof(get(std::declval<const Flowlet&>()));
-    if constexpr (decltype(info)::kind == FieldKind::kVec) n += 8;
-  });
+// One column of the block: its header (name, type), where its values start, bytes per row (0: String).
+struct Column {
+  std::string name, type;
+  std::size_t width = 0, at = 0;
+};
+
+std::size_t varint_size(uint64_t v) {
+  std::size_t n = 1;
+  while (v >= 0x80) v >>= 7, ++n;
   return n;
 }
 }  // namespace
 
 void append_flowlet_block(const std::vector<StoredBatch>& batches, std::string& out) {
+  static_assert(std::endian::native == std::endian::little,
+                "Native columns are copied as they are in memory");
   const std::vector<RowRef> order = sorted_rows(batches);
   const std::size_t rows = order.size();
-  std::size_t bytes = 256 + 64 * (5 + kFlowletFields);  // counts, names and types
+  // The layout first -- every column's size is known: the node strings' from the batches, the rest fixed
+  // (Array(T) of a fixed extent: UInt64 end offsets, then the elements) -- then one pass over the rows
+  // writing each field at its column's place. Column by column instead read every row once per column: 27
+  // passes in key order, i.e. scattered over the batches; perf measured that at a quarter of the sink's CPU.
+  std::vector<Column> cols = {{"node", "String"},
+                              {"epoch", "UInt64", 8},
+                              {"seq", "UInt64", 8},
+                              {"idx", "UInt32", 4},
+                              {"received_ns", "UInt64", 8}};
+  std::size_t node_bytes = 0;
   for (const auto& sb : batches)
-    bytes += sb.batch->flowlets.size() * (native_row_bytes() + sb.batch->node.size());
-  out.reserve(out.size() + bytes);  // once: growing a block of tens of MB step by step copied it repeatedly
-  // The rows in key order: fn(batch, idx, flowlet).
-  auto each_row = [&order](auto&& fn) {
-    for (const auto& r : order) fn(*r.sb, r.i, r.sb->batch->flowlets[r.i]);
-  };
-  RowWriter w(out);
-  w.varint(5 + kFlowletFields);
-  w.varint(rows);
-  auto column = [&](std::string_view name, std::string_view type) {
-    w.string(name);
-    w.string(type);
-  };
-  column("node", "String");
-  each_row([&](const StoredBatch& sb, uint32_t, const Flowlet&) { w.string(sb.batch->node); });
-  column("epoch", "UInt64");
-  each_row([&](const StoredBatch& sb, uint32_t, const Flowlet&) { w.uint(sb.batch->epoch); });
-  column("seq", "UInt64");
-  each_row([&](const StoredBatch& sb, uint32_t, const Flowlet&) { w.uint(sb.batch->seq); });
-  column("idx", "UInt32");
-  each_row([&](const StoredBatch&, uint32_t i, const Flowlet&) { w.uint(i); });
-  column("received_ns", "UInt64");
-  each_row([&](const StoredBatch& sb, uint32_t, const Flowlet&) { w.uint(sb.received_ns); });
-  std::vector<std::string> types;
-  each_field_type([&](const char*, const std::string& t) { types.push_back(t); });
-  std::size_t field = 0;
+    node_bytes += sb.batch->flowlets.size() * (varint_size(sb.batch->node.size()) + sb.batch->node.size());
+  each_field_type([&](const char* n, const std::string& t) { cols.push_back({n, t}); });
+  std::size_t field = 5;
   for_each_flowlet_field([&](auto info, auto get) {
-    column(decltype(info)::name, types[field++]);
-    if constexpr (decltype(info)::kind == FieldKind::kVec) {
-      using T = std::remove_cvref_t<decltype(get(std::declval<const Flowlet&>()))>;
-      for (uint64_t end = 0, r = 0; r < rows; ++r) w.uint(end += std::extent_v<T>);
-      each_row([&](const StoredBatch&, uint32_t, const Flowlet& f) {
-        for (auto x : get(f)) w.uint(x);
-      });
-    } else if constexpr (decltype(info)::kind == FieldKind::kAddr) {
-      each_row([&](const StoredBatch&, uint32_t, const Flowlet& f) { w.fixed(get(f), sizeof get(f)); });
-    } else {
-      each_row([&](const StoredBatch&, uint32_t, const Flowlet& f) { w.uint(get(f)); });
-    }
+    using T = std::remove_cvref_t<decltype(get(std::declval<const Flowlet&>()))>;
+    cols[field++].width = sizeof(T) + (decltype(info)::kind == FieldKind::kVec ? 8 : 0);
   });
+  std::size_t pos = out.size() + varint_size(cols.size()) + varint_size(rows);
+  for (auto& c : cols) {
+    pos += varint_size(c.name.size()) + c.name.size() + varint_size(c.type.size()) + c.type.size();
+    c.at = pos;
+    pos += c.width ? c.width * rows : node_bytes;
+  }
+  std::size_t at = out.size();
+  out.resize(pos);  // the block's bytes in one allocation (the caller reuses out)
+  char* const base = out.data();
+  auto put = [&](const void* p, std::size_t n) {
+    std::memcpy(base + at, p, n);
+    at += n;
+  };
+  auto put_varint = [&](uint64_t v) {
+    for (; v >= 0x80; v >>= 7) base[at++] = static_cast<char>((v & 0x7f) | 0x80);
+    base[at++] = static_cast<char>(v);
+  };
+  put_varint(cols.size());
+  put_varint(rows);
+  for (const auto& c : cols) {
+    at = c.at - (varint_size(c.name.size()) + c.name.size() + varint_size(c.type.size()) + c.type.size());
+    put_varint(c.name.size());
+    put(c.name.data(), c.name.size());
+    put_varint(c.type.size());
+    put(c.type.data(), c.type.size());
+  }
+  at = cols[0].at;  // the node strings, in row order
+  for (std::size_t r = 0; r < rows; ++r) {
+    const StoredBatch& sb = *order[r].sb;
+    const uint32_t idx = order[r].i;
+    const Flowlet& f = sb.batch->flowlets[idx];
+    put_varint(sb.batch->node.size());
+    put(sb.batch->node.data(), sb.batch->node.size());
+    std::memcpy(base + cols[1].at + 8 * r, &sb.batch->epoch, 8);
+    std::memcpy(base + cols[2].at + 8 * r, &sb.batch->seq, 8);
+    std::memcpy(base + cols[3].at + 4 * r, &idx, 4);
+    std::memcpy(base + cols[4].at + 8 * r, &sb.received_ns, 8);
+    std::size_t k = 5;
+    for_each_flowlet_field([&](auto info, auto get) {
+      const auto& v = get(f);
+      const Column& c = cols[k++];
+      if constexpr (decltype(info)::kind == FieldKind::kVec) {
+        using T = std::remove_cvref_t<decltype(v)>;
+        const uint64_t end = (r + 1) * std::extent_v<T>;
+        std::memcpy(base + c.at + 8 * r, &end, 8);
+        std::memcpy(base + c.at + 8 * rows + sizeof v * r, &v, sizeof v);
+      } else {
+        std::memcpy(base + c.at + sizeof v * r, &v, sizeof v);
+      }
+    });
+  }
 }
 
 bool read_flowlet_row(RowReader& r, FlowletRow& row) {
