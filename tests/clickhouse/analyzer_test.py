@@ -21,9 +21,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from chserver import Servers  # noqa: E402
+from chserver import Servers, free_port  # noqa: E402
 from daemons import Aggregator  # noqa: E402
 
 CLI, AGG, REPLAY, SAMPLES = sys.argv[1:5]
@@ -97,8 +98,10 @@ def check(ch, tmp, sample, split, late):
             aggs[1] = Aggregator(AGG, CLI, tmp, "%s_a1" % sample)
             procs.append(aggs[1])
         fast = ["--analysis-interval-ms", "250"]
+        http = "127.0.0.1:%d" % free_port()
         whole = Aggregator(AGG, CLI, tmp, sample + "_whole",
-                           ["--analyze-from-clickhouse", ch.url(0, database=db, cluster=True)] + fast)
+                           ["--analyze-from-clickhouse", ch.url(0, database=db, cluster=True), "--http", http]
+                           + fast)
         procs.append(whole)
         shards = [Aggregator(AGG, CLI, tmp, "%s_shard%d" % (sample, k),
                              ["--analyze-from-clickhouse", ch.url(1, database=db, cluster=True),
@@ -139,6 +142,8 @@ def check(ch, tmp, sample, split, late):
         assert sum(len(p) for p in parts) == len(want), parts
         st = whole.status()["clickhouse_analyzer"]
         assert st["rows"] == r_records(r) and st["errors"] == 0, st
+        metrics = urllib.request.urlopen("http://%s/metrics" % http, timeout=10).read().decode()
+        assert "netprism_clickhouse_analyzer_rows_total %d" % st["rows"] in metrics, metrics[-2000:]
         print("%s: %d job(s) %s; analysers equal offline; shards %s; rows %d read %d" % (
             sample, len(want), [(len(g), len(it)) for g, it in want.items()],
             [len(p) for p in parts], st["rows"], st["rows_read"]))
