@@ -20,8 +20,8 @@ constexpr uint64_t kShardEveryNs = 5'000'000'000ull;
 // A node's run of flowlets is handed over at this size: bounds the analyzer's own buffer.
 constexpr std::size_t kRunFlowlets = 65'536;
 // Flowlets a live aggregator keeps beyond the window (they end after it began): rows are followed while
-// their first_ns is at most the window plus this before their insert. Agents close a flowlet after at most
-// a few seconds of activity (flowlet.h end reasons), so a minute is ample.
+// their first_ns is at most the window plus this before their insert. Agents cut a flowlet at max_burst
+// (100 ms by default, bpf/burst.h); switch exporters' flows end at their active timeout (commonly <= 60 s).
 constexpr uint64_t kReachSlackNs = 60'000'000'000ull;
 
 clickhouse::Url url_of(const std::string& text) {
