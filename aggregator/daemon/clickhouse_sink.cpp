@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
+#include <future>
 #include <limits>
 #include <mutex>
 #include <sstream>
@@ -22,14 +23,17 @@
 namespace netprism::daemon {
 
 namespace {
-// A page of batches per insert: up to 100,000 flowlets (~14 MB as a Native block; clickhouse-server holds
-// the block and its sorted copy, well inside its default memory limit) or 2 MiB of compressed batches.
-// Bounded by records and not only by bytes: a batch of repetitive flowlets compresses to almost nothing
-// (netprism-sim's ~0.04 B per record), and 2 MiB of those, 50 M rows, made the insert exceed the server's
-// memory limit. ClickHouse wants few large inserts (each one is a part to merge); 200 ms polls of a busy
-// aggregator fill a page in a fraction of that.
-constexpr std::size_t kPageBytes = 2u << 20;
-constexpr uint64_t kPageRecords = 100'000;
+// A page of batches per insert: up to 400,000 flowlets (~55 MB as a Native block, already sorted, so
+// clickhouse-server holds it without a sorted copy, well inside its default memory limit) or 8 MiB of
+// compressed batches. Bounded by records and not only by bytes: a batch of repetitive flowlets compresses to
+// almost nothing (netprism-sim's ~0.04 B per record), and 2 MiB of those, 50 M rows, made the insert exceed
+// the server's memory limit. ClickHouse wants few large inserts (each is a part: a file per column to
+// create, then merges): 400,000 instead of 100,000 rows cut clickhouse-server's CPU per row from ~0.8 to
+// ~0.5 us (bench/clickhouse/sink_bench.py's backlog, same load) for ~0.05 us more in the sink (its sort).
+// A busy aggregator's 200 ms polls fill a page in a fraction of that; full pages come when catching up, and
+// then the sink holds ~200 MB (the decoded page, two blocks); blocks of small pages are given back.
+constexpr std::size_t kPageBytes = 8u << 20;
+constexpr uint64_t kPageRecords = 400'000;
 // Tuples per "which of these are there" query: ~50 bytes each, far below max_query_size (256 KiB).
 constexpr std::size_t kCheckChunk = 1000;
 constexpr uint64_t kDayNs = 86'400'000'000'000ull;
@@ -64,7 +68,7 @@ ClickHouseSink::ClickHouseSink(const Settings& s, Registry& reg, store::OwnTraff
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   aggregator_ = std::string(host) + ":" + s.data_dir + ":" + s.listen;
-  mark_ = load_mark(mark_path_);
+  mark_ = read_pos_ = load_mark(mark_path_);
   reg_.with_counters([&](IngestCounters& c) {
     c.clickhouse.enabled = true;
     c.clickhouse.hwm = mark_;
@@ -114,7 +118,11 @@ void ClickHouseSink::run(std::stop_token st) {
 }
 
 void ClickHouseSink::on_failure(const std::string& err) {
-  verify_ = true;  // what failed may have landed: ask before inserting again
+  // What failed, or is still in flight, may have landed: let it finish, forget it (its mark is not saved),
+  // re-read from the mark and ask ClickHouse before inserting again.
+  if (inflight_.valid()) inflight_.get();
+  read_pos_ = mark_;
+  verify_ = true;
   if (!failing_)
     log_at(Level::kWarning, "clickhouse: " + err + " (retrying with backoff; the store buffers)");
   failing_ = true;
@@ -135,6 +143,10 @@ bool ClickHouseSink::round(store::Store& st, bool& moved, std::string& err) {
 bool ClickHouseSink::ensure_schema(std::string& err) {
   if (schema_ready_) return true;
   for (const auto& ddl : clickhouse::schema_ddl(server_.url()))
+    if (!server_.query(ddl, err)) return false;
+  const auto alters = clickhouse::schema_migrations(server_, err);
+  if (!err.empty()) return false;
+  for (const auto& ddl : alters)
     if (!server_.query(ddl, err)) return false;
   std::string rows;
   clickhouse::RowWriter w(rows);
@@ -177,15 +189,14 @@ bool ClickHouseSink::sync_nodes(store::Store& st, std::string& err) {
 }
 
 bool ClickHouseSink::sink_page(store::Store& st, bool& moved, std::string& err) {
-  const auto raw = st.raw_batches(static_cast<int64_t>(mark_), 0, std::numeric_limits<uint64_t>::max(),
+  const auto raw = st.raw_batches(static_cast<int64_t>(read_pos_), 0, std::numeric_limits<uint64_t>::max(),
                                   kPageBytes, kPageRecords);
   // Batch ids after the mark: ids are consecutive but for retention's deletions at the old end, and the
   // largest id is one b-tree lookup where counting the rows would read the whole backlog every round.
   auto last = st.db().prepare("SELECT max(id) FROM batches");
   const uint64_t newest = last.step() ? static_cast<uint64_t>(last.i64(0)) : 0;
-  const uint64_t pending = newest > mark_ ? newest - mark_ : 0;
-  reg_.with_counters([&](IngestCounters& c) { c.clickhouse.pending = pending; });
-  if (raw.empty()) return true;
+  reg_.with_counters([&](IngestCounters& c) { c.clickhouse.pending = newest > mark_ ? newest - mark_ : 0; });
+  if (raw.empty()) return finish_insert(moved, err);  // nothing new: the page in flight, if any, completes
   std::vector<Batch> page;
   std::vector<uint64_t> received;
   for (const auto& r : raw) {
@@ -203,38 +214,61 @@ bool ClickHouseSink::sink_page(store::Store& st, bool& moved, std::string& err) 
     received.push_back(r.received_ns);
   }
   std::set<Key> there;
-  if (verify_) {
+  if (verify_) {  // nothing is in flight here: a failure waited for it (on_failure)
     auto p = present(page, err);
     if (!p) return false;
     there = std::move(*p);
   }
   std::vector<clickhouse::StoredBatch> fresh;
-  uint64_t flowlets = 0;
+  Page next{static_cast<uint64_t>(raw.back().id), 0, 0, there.size(), raw.size()};
   for (std::size_t i = 0; i < page.size(); ++i) {
     if (page[i].flowlets.empty() || there.count({page[i].node, page[i].epoch, page[i].seq})) continue;
     fresh.push_back({&page[i], received[i]});
-    flowlets += page[i].flowlets.size();
+    next.rows += page[i].flowlets.size();
   }
-  const uint64_t batches = fresh.size();
-  if (!fresh.empty()) {
-    std::string block;
-    clickhouse::append_flowlet_block(fresh, block);
-    if (!server_.insert(clickhouse::table(server_.url(), "flowlets"), block, err,
-                        insert_settings(server_.url()), "Native"))
-      return false;
-  }
-  if (!save_mark(mark_path_, static_cast<uint64_t>(raw.back().id), err)) return false;
-  mark_ = static_cast<uint64_t>(raw.back().id);
-  // Keep asking while pages turn out to be there already: a crash or a failure leaves at most one page in
+  next.batches = fresh.size();
+  // Keep asking while pages turn out to be there already: a crash or a failure leaves at most two pages in
   // ClickHouse beyond the mark, but a mark file lost or restored from a backup can lag by any number.
-  verify_ = !there.empty();
+  const bool verify_next = !there.empty();
+  std::string& block = blocks_[next_block_];
+  block.clear();  // keeps its capacity: no fresh tens of MB (and their page faults) per insert
+  if (next.rows < kPageRecords / 4) block.shrink_to_fit();  // caught up: small pages need little
+  if (!fresh.empty()) clickhouse::append_flowlet_block(fresh, block);
+  // The previous page's insert ran while this one was read and encoded; its mark first (marks in id order).
+  if (!finish_insert(moved, err)) return false;
   moved = true;
+  read_pos_ = next.last_id;
+  verify_ = verify_next;
+  if (fresh.empty()) return commit(next, err);
+  inflight_page_ = next;
+  next_block_ ^= 1;
+  inflight_ = std::async(std::launch::async, [this, &block] {
+    std::string e;
+    const bool ok = server_.insert(clickhouse::table(server_.url(), "flowlets"), block, e,
+                                   insert_settings(server_.url()), "Native");
+    return ok ? std::string() : (e.empty() ? std::string("insert failed") : e);
+  });
+  if (verify_) return finish_insert(moved, err);  // catching up after a failure: one page at a time
+  return true;
+}
+
+bool ClickHouseSink::finish_insert(bool& moved, std::string& err) {
+  if (!inflight_.valid()) return true;
+  err = inflight_.get();
+  if (!err.empty()) return false;  // on_failure() re-reads from the mark and asks what landed
+  moved = true;
+  return commit(inflight_page_, err);
+}
+
+bool ClickHouseSink::commit(const Page& p, std::string& err) {
+  if (!save_mark(mark_path_, p.last_id, err)) return false;
+  mark_ = p.last_id;
   reg_.with_counters([&](IngestCounters& c) {
     auto& ch = c.clickhouse;
-    ch.batches += batches;
-    ch.rows += flowlets;
-    ch.already_there += there.size();
-    ch.pending = pending - std::min<uint64_t>(pending, raw.size());
+    ch.batches += p.batches;
+    ch.rows += p.rows;
+    ch.already_there += p.there;
+    ch.pending -= std::min<uint64_t>(ch.pending, p.raw);
     ch.hwm = mark_;
     ch.last_success_ns = now_unix_ns();
     ch.last_error.clear();

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <map>
+#include <future>
 #include <optional>
 #include <set>
 #include <stop_token>
@@ -51,6 +52,12 @@ class ClickHouseSink {
   bool ensure_schema(std::string& err);
   bool sync_nodes(store::Store& st, std::string& err);
   bool sink_page(store::Store& st, bool& moved, std::string& err);
+  // A page: the last batch id it covers, what it inserts, what ClickHouse had already, batches read.
+  struct Page {
+    uint64_t last_id = 0, batches = 0, rows = 0, there = 0, raw = 0;
+  };
+  bool finish_insert(bool& moved, std::string& err);  // waits for the insert in flight; its commit()
+  bool commit(const Page& p, std::string& err);       // the mark after p, and the counters
   // Of the page's batches, those ClickHouse has already: (node, epoch, seq).
   using Key = std::tuple<std::string, uint64_t, uint64_t>;
   std::optional<std::set<Key>> present(const std::vector<Batch>& page, std::string& err);
@@ -66,6 +73,15 @@ class ClickHouseSink {
   bool schema_ready_ = false, verify_ = true, failing_ = false;
   std::map<std::string, uint64_t> nodes_sent_;  // node -> registered_ns of the row ClickHouse has
   uint64_t next_retention_ns_ = 0;
+  // Pipelined: page N's insert runs on its own thread while page N+1 is read from the store and encoded
+  // (the two alternate between the blocks, reused so that no insert allocates tens of MB afresh). Marks are
+  // saved in id order, N's before N+1's; read_pos_ is the last batch read (mark_ or one page beyond).
+  // Measured: the sink thread and clickhouse-server's insert were each idle while the other worked.
+  uint64_t read_pos_ = 0;
+  std::string blocks_[2];
+  int next_block_ = 0;
+  Page inflight_page_;
+  std::future<std::string> inflight_;  // "" on success, else the error; after blocks_ (refers to one)
 };
 
 }  // namespace netprism::daemon

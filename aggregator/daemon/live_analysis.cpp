@@ -108,6 +108,17 @@ void LiveAnalysis::feed(std::string&& stored, std::size_t flowlets) {
   pending_.emplace_back(std::move(stored), flowlets);
 }
 
+bool LiveAnalysis::feed_flowlets(const std::string& node, std::vector<Flowlet>& flowlets) {
+  std::lock_guard lk(mu_);
+  if (pending_events_ &&
+      pending_events_ + flowlets.size() > static_cast<std::size_t>(s_.analysis_max_events) / 2)
+    return false;
+  pending_events_ += flowlets.size();
+  pending_rows_.emplace_back(node, std::move(flowlets));
+  flowlets.clear();
+  return true;
+}
+
 std::shared_ptr<const Snapshot> LiveAnalysis::latest() const {
   std::lock_guard lk(mu_);
   return latest_;
@@ -178,9 +189,11 @@ void LiveAnalysis::pass(store::Store* writer) {
 
 void LiveAnalysis::add_pending() {
   std::vector<std::pair<std::string, std::size_t>> fresh;
+  std::vector<std::pair<std::string, std::vector<Flowlet>>> rows;
   {
     std::lock_guard lk(mu_);
     fresh.swap(pending_);
+    rows.swap(pending_rows_);
     pending_events_ = 0;
   }
   engine_.set_addr_nodes(addr_nodes_());
@@ -196,6 +209,8 @@ void LiveAnalysis::add_pending() {
     }
     feed_.add(batch->node, batch->flowlets, [&](const Flowlet& f) { return own_.matches(f); });
   }
+  for (const auto& [node, flowlets] : rows)
+    feed_.add(node, flowlets, [&](const Flowlet& f) { return own_.matches(f); });
 }
 
 void LiveAnalysis::retain(analysis::Result r, uint64_t since) {

@@ -46,6 +46,10 @@ class LiveAnalysis {
   // Called by ingest after a batch is committed, with the batch as stored (zstd of its column encoding,
   // batch_codec.hpp) and its flowlet count.
   void feed(std::string&& stored, std::size_t flowlets);
+  // The analysis role reading ClickHouse (clickhouse_analyzer.hpp): flowlets one node observed, decoded
+  // (~112 B each while pending). false (nothing taken) while the pending queue is at feed()'s bound: the
+  // caller waits instead of dropping (ClickHouse, not the ingest, is the buffer).
+  bool feed_flowlets(const std::string& node, std::vector<Flowlet>& flowlets);
   void run(std::stop_token stop);
   std::shared_ptr<const Snapshot> latest() const;
   // What the live view shed, by cause (`netprism status`: analysis.dropped_by_cause; /metrics:
@@ -80,7 +84,8 @@ class LiveAnalysis {
   mutable std::mutex mu_;
   // Fed, not yet in the window: whole batches moved in (O(1) per batch on the ingest thread), as stored
   // (~18 B per flowlet; decompressed and decoded by the analysis thread).
-  std::vector<std::pair<std::string, std::size_t>> pending_;  // stored bytes, flowlets
+  std::vector<std::pair<std::string, std::size_t>> pending_;                // stored bytes, flowlets
+  std::vector<std::pair<std::string, std::vector<Flowlet>>> pending_rows_;  // node, flowlets (feed_flowlets)
   std::size_t pending_events_ = 0;
   Dropped dropped_;  // queue_full and undecodable counted here; the engine's two copied from its stats
   std::shared_ptr<const Snapshot> latest_;

@@ -93,6 +93,14 @@ void ingest_metrics(Builder& b, const json& st) {
     b.set("netprism_clickhouse_pending_batches", "stored batches not yet in ClickHouse",
           num(ch, "pending_batches"));
   }
+  if (const json ca = st.value("clickhouse_analyzer", json::object()); !ca.empty()) {  // the analysis role
+    b.total("netprism_clickhouse_analyzer_rows_total", "flowlet rows read from ClickHouse into the analysis",
+            num(ca, "rows"));
+    b.total("netprism_clickhouse_analyzer_errors_total", "failed reads of ClickHouse (retried)",
+            num(ca, "errors"));
+    b.set("netprism_clickhouse_analyzer_last_success_timestamp_seconds",
+          "when the analysis role last read ClickHouse (0: not yet)", num(ca, "last_success_ns") / 1e9);
+  }
 
   const json an = st.value("analysis", json::object());
   b.set("netprism_analysis_pass_seconds", "duration of the last live analysis pass",

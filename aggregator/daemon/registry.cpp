@@ -170,6 +170,12 @@ nlohmann::json Registry::status(uint64_t now_ns, uint64_t connected_timeout_ns) 
                          {"high_water_mark", ch.hwm},
                          {"last_success_ns", ch.last_success_ns},
                          {"last_error", ch.last_error}};
+  if (const auto& an = c.clickhouse_analyzer; an.enabled)
+    doc["clickhouse_analyzer"] = {{"shard", an.shard},          {"nodes", an.nodes},
+                                  {"polls", an.polls},          {"rows", an.rows},
+                                  {"rows_read", an.rows_read},  {"band_rows", an.band_rows},
+                                  {"errors", an.errors},        {"last_success_ns", an.last_success_ns},
+                                  {"last_error", an.last_error}};
   return doc;
 }
 

@@ -51,6 +51,17 @@ struct IngestCounters {
     uint64_t errors = 0, hwm = 0, last_success_ns = 0;
     std::string last_error;  // of the current failure streak; "" when the last attempt succeeded
   } clickhouse;
+  // The analysis role (daemon/clickhouse_analyzer.hpp), with --analyze-from-clickhouse only.
+  struct ClickHouseAnalyzer {
+    bool enabled = false;
+    std::string shard;             // "K/N", "" for all jobs
+    int64_t nodes = -1;            // nodes of this shard's jobs (-1: unsharded, every node)
+    uint64_t polls = 0, rows = 0;  // rows handed to the analysis
+    uint64_t rows_read = 0;        // rows read (more than rows: re-read in the lag band)
+    uint64_t band_rows = 0;        // rows remembered for dedup
+    uint64_t errors = 0, last_success_ns = 0;
+    std::string last_error;
+  } clickhouse_analyzer;
   // Messages over their sender's byte budget (Settings::peer_bytes_per_s) or too large for the pipeline's
   // room (one large message at a time, ingest.cpp): not decoded, not acknowledged (the sender resends). By
   // sender (the key's node, "plain" on plain TCP); bounded like the reasons.

@@ -9,6 +9,7 @@
 
 #include "netprism/cli.hpp"
 #include "clickhouse/http.hpp"
+#include "clickhouse/shard.hpp"
 #include "flowin/listener.hpp"
 #include "netprism/config.hpp"
 
@@ -43,6 +44,21 @@ bool values_ok(const Settings& s) {
   return true;
 }
 
+// --analyze-from-clickhouse and --shard well-formed; the role has no ingest, so no sink or collectors.
+bool analyzer_ok(const Settings& s) {
+  std::string err;
+  if (!s.clickhouse_analyze_from.empty() && !clickhouse::parse_url(s.clickhouse_analyze_from, err))
+    err = "--analyze-from-clickhouse: " + err;
+  else if (!s.clickhouse_shard.empty() && s.clickhouse_analyze_from.empty())
+    err = "--shard needs --analyze-from-clickhouse";
+  else if (!s.clickhouse_shard.empty() && !clickhouse::parse_shard(s.clickhouse_shard, err))
+    ;
+  else if (!s.clickhouse_analyze_from.empty() && (!s.clickhouse_url.empty() || !s.flow_listen.empty()))
+    err = "--analyze-from-clickhouse ingests nothing: it cannot take --clickhouse or --flow-listen";
+  if (!err.empty()) std::cerr << "netprism-aggregator: " << err << "\n";
+  return err.empty();
+}
+
 using FromFile = std::vector<std::pair<CLI::Option*, std::function<bool(const config::Values&)>>>;
 
 // The operators' endpoints (HTTP API, webhooks; config [http], [webhooks]) and tenant attribution.
@@ -53,15 +69,21 @@ void add_operator_options(CLI::App& app, Settings& s, config::Schema& schema, Fr
     std::string* v;
     const char* help;
   };
-  for (const auto& o : {Str{"--http", "http.listen", &s.http_listen,
-                            "HTTP endpoint ADDR:PORT for /metrics and /api/v1 (default: off)"},
-                        Str{"--http-token", "http.token_file", &s.http_token_file,
-                            "file holding the bearer token the HTTP API requires"},
-                        Str{"--tenants", "tenants_file", &s.tenants_file,
-                            "file of 'NODE_OR_IP TENANT [JOB_NAME]' lines (scheduler-written)"},
-                        Str{"--clickhouse", "clickhouse.url", &s.clickhouse_url,
-                            "also store every acknowledged batch in ClickHouse: "
-                            "http://HOST:8123/?database=netprism[&cluster=NAME] (docs/clickhouse.md)"}}) {
+  for (const auto& o :
+       {Str{"--http", "http.listen", &s.http_listen,
+            "HTTP endpoint ADDR:PORT for /metrics and /api/v1 (default: off)"},
+        Str{"--http-token", "http.token_file", &s.http_token_file,
+            "file holding the bearer token the HTTP API requires"},
+        Str{"--tenants", "tenants_file", &s.tenants_file,
+            "file of 'NODE_OR_IP TENANT [JOB_NAME]' lines (scheduler-written)"},
+        Str{"--clickhouse", "clickhouse.url", &s.clickhouse_url,
+            "also store every acknowledged batch in ClickHouse: "
+            "http://HOST:8123/?database=netprism[&cluster=NAME] (docs/clickhouse.md)"},
+        Str{"--analyze-from-clickhouse", "clickhouse.analyze_from", &s.clickhouse_analyze_from,
+            "analysis role: no ingest; analyse every aggregator's flowlets as they are "
+            "inserted into ClickHouse at this URL and serve queries (docs/clickhouse.md)"},
+        Str{"--shard", "clickhouse.shard", &s.clickhouse_shard,
+            "with --analyze-from-clickhouse: analyse only shard K/N of the jobs"}}) {
     auto* opt = app.add_option(o.flag, *o.v, o.help);
     schema[o.key] = config::Type::kString;
     from_file.emplace_back(opt, [key = std::string(o.key), v = o.v](const config::Values& vals) {
@@ -76,6 +98,16 @@ void add_operator_options(CLI::App& app, Settings& s, config::Schema& schema, Fr
   from_file.emplace_back(days, [v = &s.clickhouse_retention_days](const config::Values& vals) {
     auto x = config::get<int64_t>(vals, "clickhouse.retention_days");
     if (x && *x < 0) return false;
+    if (x) *v = *x;
+    return true;
+  });
+  auto* lag = app.add_option("--clickhouse-lag-s", s.clickhouse_lag_s,
+                             "with --analyze-from-clickhouse: how late after its stamp an insert may show")
+                  ->check(CLI::Range(int64_t{1}, int64_t{3600}));
+  schema["clickhouse.lag_s"] = config::Type::kInteger;
+  from_file.emplace_back(lag, [v = &s.clickhouse_lag_s](const config::Values& vals) {
+    auto x = config::get<int64_t>(vals, "clickhouse.lag_s");
+    if (x && (*x < 1 || *x > 3600)) return false;
     if (x) *v = *x;
     return true;
   });
@@ -198,6 +230,7 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
     std::cerr << "netprism-aggregator: --clickhouse: " << err << "\n";
     return cli::kExitUsage;
   }
+  if (!analyzer_ok(s)) return cli::kExitUsage;
   if (s.analysis_interval_ms == 0) s.analysis_interval_ms = 1;
   if (s.ingest_threads == 0)
     s.ingest_threads = std::clamp<int64_t>(static_cast<int64_t>(std::thread::hardware_concurrency()), 1, 4);

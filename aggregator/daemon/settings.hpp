@@ -67,6 +67,12 @@ struct Settings {
   // ClickHouse sink (clickhouse_sink.hpp): server URL ("": off) and day partitions kept (0: all).
   std::string clickhouse_url;
   int64_t clickhouse_retention_days = 0;
+  // The analysis role (clickhouse_analyzer.hpp): read every aggregator's flowlets from this ClickHouse URL
+  // instead of ingesting ("": off), optionally only shard "K/N" of the jobs; rows may become visible up to
+  // clickhouse_lag_s after their insert was stamped (60 s: twice the sink's insert timeout).
+  std::string clickhouse_analyze_from;
+  std::string clickhouse_shard;
+  int64_t clickhouse_lag_s = 60;
   // Scheduler-written node/address -> tenant and job name file (tenants.hpp); empty: no attribution.
   std::string tenants_file;
   // Switch telemetry collectors (flowin/listener.hpp): "ipfix://ADDR:PORT" / "sflow://ADDR:PORT", repeatable.

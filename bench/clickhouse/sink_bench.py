@@ -81,6 +81,7 @@ def main():
     ap.add_argument("--duration", type=int, default=15)
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="np-ch-bench-")
+    print("load average at start: %s" % " ".join(open("/proc/loadavg").read().split()[:3]))
     aggs = []
     try:
         with Servers(1) as ch:
@@ -117,10 +118,17 @@ def main():
             print("backlog: %d rows from the store into ClickHouse in %.1f s: S = %.0f rows/s; CPU: sink thread %.1f s "
                   "(%.2f us/row), clickhouse-server %.1f s (%.2f us/row)"
                   % (rows, secs, S, sink_cpu, sink_cpu * 1e6 / rows, ch_cpu, ch_cpu * 1e6 / rows))
+            events = dict(line.split("\t") for line in ch.query(
+                0, "SELECT event, toString(value) FROM system.events WHERE event LIKE 'MergeTreeDataWriterBlocks%' "
+                "FORMAT TabSeparated").splitlines())
+            print("clickhouse-server: %s of %s inserted blocks arrived sorted (no server-side sort)"
+                  % (events.get("MergeTreeDataWriterBlocksAlreadySorted", "0"),
+                     events.get("MergeTreeDataWriterBlocks", "0")))
             print("S / L = %.2f (ClickHouse ingest / one aggregator's local ingest, wall clock)" % (S / L))
             sink_us = (sink_cpu + ch_cpu) * 1e6 / rows
             print("by CPU: local ingest %.2f us/record, into ClickHouse %.2f us/row (sink + server): "
                   "capacity ratio %.2f" % (ingest_us, sink_us, ingest_us / sink_us))
+            print("load average at end: %s" % " ".join(open("/proc/loadavg").read().split()[:3]))
     finally:
         for g in aggs:
             g.stop()

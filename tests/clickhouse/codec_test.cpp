@@ -163,6 +163,41 @@ TEST(FlowletBlock, NativeColumnsHoldEveryFieldOfEveryRow) {
     EXPECT_TRUE(got[k] == rows[k].first->flowlets[rows[k].second]) << k;
 }
 
+// The block's rows come in the table's key order (node, first_ns, epoch, seq, idx) whatever the batches'
+// order, so clickhouse-server need not sort them; idx still names each row's place in its batch.
+TEST(FlowletBlock, RowsInSortingKeyOrder) {
+  Batch b, a;
+  b.node = "b";
+  b.epoch = 1;
+  b.seq = 7;
+  b.flowlets = {flowlet(5, 1), flowlet(1, 2)};
+  a.node = "a";
+  a.epoch = 2;
+  a.seq = 3;
+  a.flowlets = {flowlet(3, 3)};
+  std::string block;
+  append_flowlet_block({{&b, 10}, {&a, 20}}, block);
+  RowReader r(block);
+  r.varint();
+  ASSERT_EQ(r.varint(), 3u);
+  r.string();
+  r.string();
+  EXPECT_EQ(r.string(), "a");
+  EXPECT_EQ(r.string(), "b");
+  EXPECT_EQ(r.string(), "b");
+  std::vector<uint64_t> epoch, seq, idx, received;
+  for (auto* col : {&epoch, &seq, &idx, &received}) {
+    r.string();
+    const std::string type(r.string());
+    for (int i = 0; i < 3; ++i) col->push_back(type == "UInt32" ? r.uint<uint32_t>() : r.uint<uint64_t>());
+  }
+  EXPECT_EQ(epoch, (std::vector<uint64_t>{2, 1, 1}));
+  EXPECT_EQ(seq, (std::vector<uint64_t>{3, 7, 7}));
+  EXPECT_EQ(idx, (std::vector<uint64_t>{0, 1, 0}));  // b's first_ns 1 (its idx 1) before 5 (idx 0)
+  EXPECT_EQ(received, (std::vector<uint64_t>{20, 10, 10}));
+  EXPECT_TRUE(r.ok());
+}
+
 TEST(Url, DatabaseClusterAndPassedParameters) {
   std::string err;
   auto u = parse_url("http://10.0.0.5:9123/?database=np&cluster=two&user=w&password=a%20b", err);

@@ -3,8 +3,9 @@
 // rows in time order as flowlets, 64 per batch, to the aggregator `--route NODE=ENDPOINT` gives it (nodes
 // without a route go to --endpoint). A row becomes the flowlet its observer's agent would have shipped:
 // egress when the observer sent it (the samples record outgoing packets only), payload = the data bytes the
-// CSV import counts for the row. Exits 0 when every batch was acknowledged as stored and prints {"batches",
-// "records"}.
+// CSV import counts for the row. --shift-to-now moves every row by one offset so that the sample's last row
+// ends now (a live analysis judges times against its clock: the analysis role's test). Exits 0 when every
+// batch was acknowledged as stored and prints {"batches", "records"}.
 #include <algorithm>
 #include <iostream>
 #include <map>
@@ -35,8 +36,16 @@ Flowlet to_flowlet(const analysis::FlowEvent& e, const std::string& observer_add
 int main(int argc, char** argv) {
   std::string csv, topology, endpoint;
   std::map<std::string, std::string> route;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i], v = argv[i + 1];
+  bool shift = false;
+  for (int i = 1; i < argc; i += 2) {
+    std::string k = argv[i];
+    if (k == "--shift-to-now") {
+      shift = true;
+      --i;
+      continue;
+    }
+    std::string v = i + 1 < argc ? argv[i + 1] : "";
+    if (i + 1 >= argc) k = "";  // a flag without its value
     if (k == "--csv")
       csv = v;
     else if (k == "--topology")
@@ -46,7 +55,8 @@ int main(int argc, char** argv) {
     else if (k == "--route" && v.find('=') != std::string::npos)
       route[v.substr(0, v.find('='))] = v.substr(v.find('=') + 1);
     else {
-      std::cerr << "np_replay: --csv FILE --topology FILE [--endpoint E] [--route NODE=ENDPOINT]...\n";
+      std::cerr << "np_replay: --csv FILE --topology FILE [--endpoint E] [--route NODE=ENDPOINT]... "
+                   "[--shift-to-now]\n";
       return 2;
     }
   }
@@ -55,6 +65,15 @@ int main(int argc, char** argv) {
   if (!in) {
     std::cerr << "np_replay: " << err << "\n";
     return 2;
+  }
+  if (shift && !in->events.empty()) {
+    uint64_t last = 0;
+    for (const auto& e : in->events) last = std::max(last, e.last_ns);
+    const uint64_t by = unix_ns() - last;
+    for (auto& e : in->events) {
+      e.first_ns += by;
+      e.last_ns += by;
+    }
   }
   std::map<std::string, std::string> node_addr;
   for (const auto& [a, n] : in->addr_node) node_addr[n] = a;
