@@ -155,7 +155,9 @@ std::string StreamingAnalysis::job_id_of(const JobSlice& sl, const std::vector<s
   std::string id = job_id(names, sl.first_ns, sl.id_salt);
   // A job whose first connection was forgotten (silent for the whole window) would get a new id from
   // its later first transfer: keep the id its connections had, when the nodes are the same.
-  if (!hist_.count(id)) {
+  // Not for a tenant whose id is salted (salt_shared_ids): its connections may have been one job with its
+  // neighbour's while both had shown a single burst, and its id is its own from the first transfer on.
+  if (!hist_.count(id) && sl.id_salt.empty()) {
     for (uint32_t c : sl.conns)
       if (auto it = job_of_uid_.find(conns_[c].uid); it != job_of_uid_.end()) {
         auto h = hist_.find(it->second);

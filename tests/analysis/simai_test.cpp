@@ -125,21 +125,35 @@ TEST(ThirdPartyShapes, TwoTenantsStartedTogether) {
   expect_job_c(r.jobs[c_first ? 1 : 0], {"s0", "s1"}, 3, 1.2 * static_cast<double>(kStep));
 }
 
+// The daemon's streaming engine over the same records (40 ms apart, and started together): the same two
+// jobs, with the offline analysis' ids.
 TEST(ThirdPartyShapes, TwoTenantsSharingServersStreaming) {
-  Input in = two_tenants_on_shared_servers();
-  std::stable_sort(in.events.begin(), in.events.end(),
-                   [](const FlowEvent& a, const FlowEvent& b) { return a.last_ns < b.last_ns; });
-  StreamingAnalysis sa;
-  sa.set_addr_nodes(in.addr_node);
-  size_t i = 0;
-  for (uint64_t t = 50'000'000; i < in.events.size(); t += 50'000'000) {
-    while (i < in.events.size() && in.events[i].last_ns <= t) add_event(sa, in.events[i++]);
-    sa.pass(t);
+  for (uint64_t later : {uint64_t{40'000'000}, uint64_t{0}}) {
+    Input in = two_tenants_on_shared_servers(later);
+    std::stable_sort(in.events.begin(), in.events.end(),
+                     [](const FlowEvent& a, const FlowEvent& b) { return a.last_ns < b.last_ns; });
+    StreamingAnalysis sa;
+    sa.set_addr_nodes(in.addr_node);
+    size_t i = 0;
+    for (uint64_t t = 50'000'000; i < in.events.size(); t += 50'000'000) {
+      while (i < in.events.size() && in.events[i].last_ns <= t) add_event(sa, in.events[i++]);
+      sa.pass(t);
+    }
+    in.offline = false;
+    in.now_ns = in.events.back().last_ns + 500'000'000;
+    Result live = sa.pass(in.now_ns), off = analyze(in);
+    ASSERT_EQ(live.jobs.size(), 2u) << later;
+    ASSERT_EQ(off.jobs.size(), 2u) << later;
+    std::vector<std::string> ids_live{live.jobs[0].id, live.jobs[1].id},
+        ids_off{off.jobs[0].id, off.jobs[1].id};
+    std::sort(ids_live.begin(), ids_live.end());
+    std::sort(ids_off.begin(), ids_off.end());
+    EXPECT_EQ(ids_live, ids_off) << later;
+    EXPECT_NE(ids_live[0], ids_live[1]) << later;
+    bool c_first = live.jobs[0].iterations.front().duration_ns < live.jobs[1].iterations.front().duration_ns;
+    expect_job_c(live.jobs[c_first ? 0 : 1], {"s0", "s1"}, 3);
+    expect_job_c(live.jobs[c_first ? 1 : 0], {"s0", "s1"}, 3, 1.2 * static_cast<double>(kStep));
   }
-  Result live = sa.pass(in.events.back().last_ns + 500'000'000);
-  ASSERT_EQ(live.jobs.size(), 2u);
-  expect_job_c(live.jobs[0], {"s0", "s1"}, 3);
-  expect_job_c(live.jobs[1], {"s0", "s1"}, 3, 1.2 * static_cast<double>(kStep));
 }
 
 // A recording of three iterations' synchronisations: the job and its groups are recognised.
