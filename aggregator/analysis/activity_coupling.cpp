@@ -48,15 +48,16 @@ Intervals busy_intervals(Intervals xs) {
   return out;
 }
 
-// The phi coefficient of the two "busy" indicators over the time both are active: the continuous form of
-// the correlation of two binary series. Traffic of one collective spread over several rails is busy and
-// idle together (phi near 1); two independent jobs overlap only as often as their duty cycles make them
-// (phi near 0, whatever the duty cycles).
-double activity_coupling(const Intervals& xs, const Intervals& ys) {
+// The phi coefficient of the two "busy" indicators over the time both are active (its last max_window_ns):
+// the continuous form of the correlation of two binary series. Traffic of one collective spread over several
+// rails is busy and idle together (phi near 1); two independent jobs overlap only as often as their duty
+// cycles make them (phi near 0, whatever the duty cycles).
+double activity_coupling(const Intervals& xs, const Intervals& ys, uint64_t max_window_ns) {
   if (xs.empty() || ys.empty()) return 0;
   uint64_t w0 = std::max(xs.front().first, ys.front().first);
   uint64_t w1 = std::min(xs.back().second, ys.back().second);
   if (w1 <= w0) return 0;
+  w0 = std::max(w0, w1 - std::min(w1, max_window_ns));
   double w = static_cast<double>(w1 - w0);
   double px = static_cast<double>(clipped(xs, w0, w1)) / w, py = static_cast<double>(clipped(ys, w0, w1)) / w;
   double pxy = static_cast<double>(overlap(xs, ys, w0, w1)) / w;

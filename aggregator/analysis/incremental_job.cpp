@@ -125,11 +125,11 @@ Normalized StreamingAnalysis::connection_table(uint64_t now_ns) {
 std::vector<JobSlice> StreamingAnalysis::job_slices(const Normalized& n) const {
   // n.xfers is empty (connections and nodes only): the transfers kept per flow tell when a connection was
   // busy.
-  auto activity = [this](uint32_t c, Intervals& out) {
+  auto activity = [this](uint32_t c, uint64_t from, Intervals& out) {
     for (uint32_t f : conns_[c].flows) {
       const FlowSt& fl = flows_[f];
       for (size_t i = fl.head; i < fl.xs.size(); ++i)
-        if (fl.xs[i].obs == fl.chosen) out.emplace_back(fl.xs[i].t0, fl.xs[i].t1);
+        if (fl.xs[i].obs == fl.chosen && fl.xs[i].t1 >= from) out.emplace_back(fl.xs[i].t0, fl.xs[i].t1);
     }
   };
   std::vector<JobSlice> slices = group_jobs(n, activity);

@@ -57,6 +57,10 @@ constexpr uint64_t kMinPooledBytes = 4096;
 // (their first bursts coincide, then drift apart over 4 iterations). 0.5 is the midpoint between
 // "independent" (0) and "together" (1), with 0.25 of margin on the worst measured side.
 constexpr double kMinRailCoupling = 0.5;
+// ... judged over the last 30 s in which both were seen: dozens of iterations of a training job (steps of
+// 0.1-10 s; three of the slowest), and it bounds what the daemon reads for it each pass to its tails'
+// kTailNs (incremental.hpp) however long the jobs have run.
+constexpr uint64_t kCouplingWindowNs = 30'000'000'000ull;
 
 struct UnionFind {
   std::vector<uint32_t> p;
@@ -180,6 +184,12 @@ void join_coupled_rails(const Normalized& n, const std::vector<Unit>& units, con
   if (pairs.empty()) return;
   std::unordered_map<uint32_t, Intervals> busy;
   for (auto [x, y] : pairs) busy[x], busy[y];
+  // Transfers ending before the earliest window of a pair are never looked at.
+  std::unordered_map<uint32_t, uint64_t> last;
+  for (uint32_t c = 0; c < units.size(); ++c)
+    if (keep[c] && busy.count(uf.find(c))) last[uf.find(c)] = std::max(last[uf.find(c)], units[c].last_ns);
+  uint64_t from = UINT64_MAX;
+  for (auto [r, t] : last) from = std::min(from, t > kCouplingWindowNs ? t - kCouplingWindowNs : 0);
   auto root_of = [&](uint32_t c) -> Intervals* {
     if (!keep[unit[c]]) return nullptr;
     auto it = busy.find(uf.find(unit[c]));
@@ -187,15 +197,16 @@ void join_coupled_rails(const Normalized& n, const std::vector<Unit>& units, con
   };
   if (activity) {
     for (uint32_t c = 0; c < n.conns.size(); ++c)
-      if (Intervals* b = root_of(c)) activity(c, *b);
+      if (Intervals* b = root_of(c)) activity(c, from, *b);
   } else {
     for (const Xfer& x : n.xfers)
-      if (Intervals* b = root_of(x.conn)) b->emplace_back(x.t0, x.t1);
+      if (x.t1 >= from)
+        if (Intervals* b = root_of(x.conn)) b->emplace_back(x.t0, x.t1);
   }
   for (auto& [r, iv] : busy) iv = busy_intervals(std::move(iv));
   std::vector<std::pair<uint32_t, uint32_t>> joins;  // decided on the components as found, then united
   for (auto [x, y] : pairs) {
-    if (activity_coupling(busy[x], busy[y]) >= kMinRailCoupling) joins.emplace_back(x, y);
+    if (activity_coupling(busy[x], busy[y], kCouplingWindowNs) >= kMinRailCoupling) joins.emplace_back(x, y);
   }
   for (auto [x, y] : joins) uf.unite(x, y);
 }

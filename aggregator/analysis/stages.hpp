@@ -147,15 +147,17 @@ std::vector<uint32_t> grouping_units(const Normalized& n);
 std::vector<bool> training_connections(const Normalized& n);
 // Time intervals [start, end] in ns.
 using Intervals = std::vector<std::pair<uint64_t, uint64_t>>;
-// Appends the [t0, t1] of every transfer of connection `conn` (index into Normalized::conns) to `out`. The
-// streaming engine, whose connection table carries no transfers, hands group_jobs() its own.
-using ConnActivity = std::function<void(uint32_t conn, Intervals& out)>;
+// Appends the [t0, t1] of every transfer of connection `conn` (index into Normalized::conns) that ends at or
+// after from_ns to `out`. The streaming engine, whose connection table carries no transfers, hands
+// group_jobs() its own.
+using ConnActivity = std::function<void(uint32_t conn, uint64_t from_ns, Intervals& out)>;
 // Without `activity`, the transfers are read from n.xfers.
 std::vector<JobSlice> group_jobs(const Normalized& n, const ConnActivity& activity = {});
 // Bursts of activity (intervals closer than 1 ms merged), sorted; and the phi coefficient of two such
-// activities over the time both are seen (1: busy and idle together; 0: independent). activity_coupling.cpp.
+// activities over the time both are seen, its last max_window_ns at most (1: busy and idle together; 0:
+// independent). activity_coupling.cpp.
 Intervals busy_intervals(Intervals xs);
-double activity_coupling(const Intervals& xs, const Intervals& ys);
+double activity_coupling(const Intervals& xs, const Intervals& ys, uint64_t max_window_ns);
 // Sets id_salt of the jobs that would otherwise share an id (same nodes, same first millisecond); clears the
 // others'. group_jobs() calls it; a caller that changes first_ns afterwards calls it again.
 void salt_shared_ids(const Normalized& n, std::vector<JobSlice>& jobs);
