@@ -73,7 +73,7 @@ Result analyze(const Input& in) {
   for (const JobSlice& slice : group_jobs(n)) {
     Job j;
     for (uint32_t v : slice.nodes) j.nodes.push_back(n.nodes[v]);
-    j.id = job_id(j.nodes, slice.first_ns);
+    j.id = job_id(j.nodes, slice.first_ns, slice.id_salt);
     j.first_ns = slice.first_ns;
     j.last_ns = slice.last_ns;
 

@@ -123,7 +123,16 @@ Normalized StreamingAnalysis::connection_table(uint64_t now_ns) {
 }
 
 std::vector<JobSlice> StreamingAnalysis::job_slices(const Normalized& n) const {
-  std::vector<JobSlice> slices = group_jobs(n);  // n.xfers is empty: connections and nodes only
+  // n.xfers is empty (connections and nodes only): the transfers kept per flow tell when a connection was
+  // busy.
+  auto activity = [this](uint32_t c, uint64_t from, Intervals& out) {
+    for (uint32_t f : conns_[c].flows) {
+      const FlowSt& fl = flows_[f];
+      for (size_t i = fl.head; i < fl.xs.size(); ++i)
+        if (fl.xs[i].obs == fl.chosen && fl.xs[i].t1 >= from) out.emplace_back(fl.xs[i].t0, fl.xs[i].t1);
+    }
+  };
+  std::vector<JobSlice> slices = group_jobs(n, activity);
   for (auto& sl : slices) {
     sl.first_ns = UINT64_MAX;
     sl.last_ns = 0;
@@ -138,14 +147,17 @@ std::vector<JobSlice> StreamingAnalysis::job_slices(const Normalized& n) const {
   }
   std::stable_sort(slices.begin(), slices.end(),
                    [](const JobSlice& a, const JobSlice& b) { return a.first_ns < b.first_ns; });
+  salt_shared_ids(n, slices);  // with the first transfers now known
   return slices;
 }
 
 std::string StreamingAnalysis::job_id_of(const JobSlice& sl, const std::vector<std::string>& names) const {
-  std::string id = job_id(names, sl.first_ns);
+  std::string id = job_id(names, sl.first_ns, sl.id_salt);
   // A job whose first connection was forgotten (silent for the whole window) would get a new id from
   // its later first transfer: keep the id its connections had, when the nodes are the same.
-  if (!hist_.count(id)) {
+  // Not for a tenant whose id is salted (salt_shared_ids): its connections may have been one job with its
+  // neighbour's while both had shown a single burst, and its id is its own from the first transfer on.
+  if (!hist_.count(id) && sl.id_salt.empty()) {
     for (uint32_t c : sl.conns)
       if (auto it = job_of_uid_.find(conns_[c].uid); it != job_of_uid_.end()) {
         auto h = hist_.find(it->second);

@@ -5,9 +5,17 @@
 // training units that share a node and whose lifetimes overlap belong to the same job. Using
 // lifetimes (not just endpoints) lets a later job reuse the same nodes without being merged with the
 // earlier one, and keeps concurrent jobs on disjoint nodes apart.
+//
+// A multi-NIC server can host several tenants (each job its GPUs and their NICs), so "shares a node" is
+// first read at the address level: units that share an address (a NIC) and overlap in time are one job.
+// Address components that meet only on a server (different NICs of it) are then one job only when their
+// traffic is driven by the same clock (see kMinRailCoupling): the rails of one job carry the same
+// collectives at the same moments, two tenants do not. Without a topology (or with one NIC per node) an
+// address is a node and this is the node-level union above.
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <tuple>
 #include <numeric>
 #include <unordered_map>
@@ -40,6 +48,20 @@ constexpr uint64_t kMinTransfers = 3;
 // analysis of the whole recording.
 constexpr uint64_t kMinPooledBytes = 4096;
 
+// Two address components meeting on a server are rails of one job when the phi coefficient of their busy
+// indicators (activity_coupling.cpp) is at least 0.5. Measured: the 8 rails of SimAI job_c (a ring per rail,
+// the same collectives at the same instants) 1.00 for all 28 pairs, offline and in every streaming pass;
+// two real testbed jobs merged onto the same four servers (tests/e2e/samples/tenants_shared_nodes: OpenMPI
+// DP4 beside PyTorch DDP DP4, tests/e2e/merge_tenants.py) 0.01; job_c beside a 1.2x slower copy of itself
+// on the same servers (simai_test.cpp) -0.02 when 40 ms apart, 0.25 when both start in the same instant
+// (their first bursts coincide, then drift apart over 4 iterations). 0.5 is the midpoint between
+// "independent" (0) and "together" (1), with 0.25 of margin on the worst measured side.
+constexpr double kMinRailCoupling = 0.5;
+// ... judged over the last 30 s in which both were seen: dozens of iterations of a training job (steps of
+// 0.1-10 s; three of the slowest), and it bounds what the daemon reads for it each pass to its tails'
+// kTailNs (incremental.hpp) however long the jobs have run.
+constexpr uint64_t kCouplingWindowNs = 30'000'000'000ull;
+
 struct UnionFind {
   std::vector<uint32_t> p;
   explicit UnionFind(size_t n) : p(n) { std::iota(p.begin(), p.end(), 0u); }
@@ -52,7 +74,8 @@ struct UnionFind {
 
 // Totals of one grouping unit, stored at the index of the connection that stands for it.
 struct Unit {
-  uint32_t a = 0, b = 0;  // node indices
+  uint32_t a = 0, b = 0;            // node indices
+  uint32_t addr_a = 0, addr_b = 0;  // interned address ids
   uint64_t bytes = 0, xfers = 0;
   uint64_t first_ns = UINT64_MAX, last_ns = 0;
 };
@@ -64,6 +87,8 @@ std::vector<Unit> unit_totals(const Normalized& n, const std::vector<uint32_t>& 
     Unit& t = u[unit[c]];
     t.a = n.conns[unit[c]].a;
     t.b = n.conns[unit[c]].b;
+    t.addr_a = n.conns[unit[c]].addr_a;
+    t.addr_b = n.conns[unit[c]].addr_b;
     t.bytes += k.bytes_ab + k.bytes_ba;
     t.xfers += k.xfers;
     t.first_ns = std::min(t.first_ns, k.first_ns);
@@ -72,19 +97,21 @@ std::vector<Unit> unit_totals(const Normalized& n, const std::vector<uint32_t>& 
   return u;
 }
 
-// Union of units that share a node and overlap in time. Per node: sort its units by start and sweep with
-// the running end, so the cost is O(C log C), never pairwise.
-UnionFind overlap_union(const Normalized& n, const std::vector<Unit>& units, const std::vector<bool>& keep) {
+// Union of units that share an endpoint (a node, or with by_address an address) and overlap in time. Per
+// endpoint: sort its units by start and sweep with the running end, so the cost is O(C log C), never
+// pairwise.
+UnionFind overlap_union(const std::vector<Unit>& units, const std::vector<bool>& keep, bool by_address) {
   UnionFind uf(units.size());
-  std::vector<std::vector<uint32_t>> by_node(n.nodes.size());
+  std::unordered_map<uint32_t, std::vector<uint32_t>> by_end;
   for (uint32_t c = 0; c < units.size(); ++c) {
     if (!keep[c]) continue;
-    by_node[units[c].a].push_back(c);
-    by_node[units[c].b].push_back(c);
+    by_end[by_address ? units[c].addr_a : units[c].a].push_back(c);
+    by_end[by_address ? units[c].addr_b : units[c].b].push_back(c);
   }
-  for (auto& list : by_node) {
-    std::sort(list.begin(), list.end(),
-              [&](uint32_t x, uint32_t y) { return units[x].first_ns < units[y].first_ns; });
+  for (auto& [end, list] : by_end) {
+    std::sort(list.begin(), list.end(), [&](uint32_t x, uint32_t y) {
+      return std::tie(units[x].first_ns, x) < std::tie(units[y].first_ns, y);
+    });
     uint64_t run_end = 0;
     uint32_t rep = 0;
     bool open = false;
@@ -103,14 +130,13 @@ UnionFind overlap_union(const Normalized& n, const std::vector<Unit>& units, con
 }
 
 // Training units (indexed like the units: true at a unit's standing connection only).
-std::vector<bool> training_units(const Normalized& n, const std::vector<Unit>& units,
-                                 const std::vector<uint32_t>& unit) {
+std::vector<bool> training_units(const std::vector<Unit>& units, const std::vector<uint32_t>& unit) {
   std::vector<bool> keep(units.size(), false);
   for (uint32_t c = 0; c < units.size(); ++c) {
     const Unit& u = units[c];
     keep[c] = unit[c] == c && u.a != u.b && u.bytes >= kMinTrainingBytes && u.xfers >= kMinTransfers;
   }
-  UnionFind uf = overlap_union(n, units, keep);
+  UnionFind uf = overlap_union(units, keep, false);
   std::unordered_map<uint32_t, uint64_t> heaviest;
   for (uint32_t c = 0; c < units.size(); ++c)
     if (keep[c]) {
@@ -122,6 +148,67 @@ std::vector<bool> training_units(const Normalized& n, const std::vector<Unit>& u
       keep[c] = static_cast<double>(units[c].bytes) >=
                 kMinShareOfHeaviest * static_cast<double>(heaviest[uf.find(c)]);
   return keep;
+}
+
+// Address components (roots of uf) that meet on a node and overlap in time, each pair once.
+std::set<std::pair<uint32_t, uint32_t>> meeting_components(const std::vector<Unit>& units,
+                                                           const std::vector<bool>& keep, UnionFind& uf) {
+  std::unordered_map<uint32_t, std::pair<uint64_t, uint64_t>> life;
+  std::unordered_map<uint32_t, std::vector<uint32_t>> on_node;
+  for (uint32_t c = 0; c < units.size(); ++c) {
+    if (!keep[c]) continue;
+    uint32_t r = uf.find(c);
+    auto [it, fresh] = life.try_emplace(r, units[c].first_ns, units[c].last_ns);
+    it->second = {std::min(it->second.first, units[c].first_ns),
+                  std::max(it->second.second, units[c].last_ns)};
+    on_node[units[c].a].push_back(r);
+    on_node[units[c].b].push_back(r);
+  }
+  std::set<std::pair<uint32_t, uint32_t>> out;
+  for (auto& [node, roots] : on_node) {
+    std::sort(roots.begin(), roots.end());
+    roots.erase(std::unique(roots.begin(), roots.end()), roots.end());
+    for (size_t i = 0; i < roots.size(); ++i)
+      for (size_t j = i + 1; j < roots.size(); ++j) {
+        auto x = life[roots[i]], y = life[roots[j]];
+        if (x.first <= y.second && y.first <= x.second) out.emplace(roots[i], roots[j]);
+      }
+  }
+  return out;
+}
+
+// Unites the address components that meet on a server and are driven by the same clock (kMinRailCoupling).
+void join_coupled_rails(const Normalized& n, const std::vector<Unit>& units, const std::vector<bool>& keep,
+                        const std::vector<uint32_t>& unit, UnionFind& uf, const ConnActivity& activity) {
+  auto pairs = meeting_components(units, keep, uf);
+  if (pairs.empty()) return;
+  std::unordered_map<uint32_t, Intervals> busy;
+  for (auto [x, y] : pairs) busy[x], busy[y];
+  // Transfers ending before the earliest window of a pair are never looked at.
+  std::unordered_map<uint32_t, uint64_t> last;
+  for (uint32_t c = 0; c < units.size(); ++c)
+    if (keep[c] && busy.count(uf.find(c))) last[uf.find(c)] = std::max(last[uf.find(c)], units[c].last_ns);
+  uint64_t from = UINT64_MAX;
+  for (auto [r, t] : last) from = std::min(from, t > kCouplingWindowNs ? t - kCouplingWindowNs : 0);
+  auto root_of = [&](uint32_t c) -> Intervals* {
+    if (!keep[unit[c]]) return nullptr;
+    auto it = busy.find(uf.find(unit[c]));
+    return it == busy.end() ? nullptr : &it->second;
+  };
+  if (activity) {
+    for (uint32_t c = 0; c < n.conns.size(); ++c)
+      if (Intervals* b = root_of(c)) activity(c, from, *b);
+  } else {
+    for (const Xfer& x : n.xfers)
+      if (x.t1 >= from)
+        if (Intervals* b = root_of(x.conn)) b->emplace_back(x.t0, x.t1);
+  }
+  for (auto& [r, iv] : busy) iv = busy_intervals(std::move(iv));
+  std::vector<std::pair<uint32_t, uint32_t>> joins;  // decided on the components as found, then united
+  for (auto [x, y] : pairs) {
+    if (activity_coupling(busy[x], busy[y], kCouplingWindowNs) >= kMinRailCoupling) joins.emplace_back(x, y);
+  }
+  for (auto [x, y] : joins) uf.unite(x, y);
 }
 
 }  // namespace
@@ -146,17 +233,18 @@ std::vector<uint32_t> grouping_units(const Normalized& n) {
 
 std::vector<bool> training_connections(const Normalized& n) {
   std::vector<uint32_t> unit = grouping_units(n);
-  std::vector<bool> ku = training_units(n, unit_totals(n, unit), unit);
+  std::vector<bool> ku = training_units(unit_totals(n, unit), unit);
   std::vector<bool> keep(n.conns.size());
   for (uint32_t c = 0; c < n.conns.size(); ++c) keep[c] = ku[unit[c]];
   return keep;
 }
 
-std::vector<JobSlice> group_jobs(const Normalized& n) {
+std::vector<JobSlice> group_jobs(const Normalized& n, const ConnActivity& activity) {
   std::vector<uint32_t> unit = grouping_units(n);
   std::vector<Unit> units = unit_totals(n, unit);
-  std::vector<bool> keep = training_units(n, units, unit);
-  UnionFind uf = overlap_union(n, units, keep);
+  std::vector<bool> keep = training_units(units, unit);
+  UnionFind uf = overlap_union(units, keep, true);
+  join_coupled_rails(n, units, keep, unit, uf, activity);
   std::unordered_map<uint32_t, size_t> slot;
   std::vector<JobSlice> jobs;
   for (uint32_t c = 0; c < n.conns.size(); ++c) {
@@ -193,12 +281,38 @@ std::vector<JobSlice> group_jobs(const Normalized& n) {
   }
   std::sort(jobs.begin(), jobs.end(),
             [](const JobSlice& a, const JobSlice& b) { return a.first_ns < b.first_ns; });
+  salt_shared_ids(n, jobs);
   return jobs;
 }
 
+void salt_shared_ids(const Normalized& n, std::vector<JobSlice>& jobs) {
+  std::map<std::pair<std::vector<uint32_t>, uint64_t>, std::vector<size_t>> same;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    jobs[j].id_salt.clear();
+    same[{jobs[j].nodes, jobs[j].first_ns / 1000000}].push_back(j);
+  }
+  for (auto& [key, js] : same) {
+    if (js.size() < 2) continue;
+    for (size_t j : js) {
+      std::string least;
+      for (uint32_t c : jobs[j].conns) {
+        const std::string& l = n.conns[c].label;  // "addr:port<->addr:port"
+        size_t mid = l.find("<->");
+        if (mid == std::string::npos) continue;
+        for (std::string end : {l.substr(0, mid), l.substr(mid + 3)}) {
+          std::string addr = end.substr(0, end.rfind(':'));
+          if (least.empty() || addr < least) least = addr;
+        }
+      }
+      jobs[j].id_salt = least;
+    }
+  }
+}
+
 // Stable across re-analysis (live refreshes and the offline run over the same recording): the sorted node
-// names and the first training transfer (millisecond resolution), hashed with FNV-1a.
-std::string job_id(const std::vector<std::string>& sorted_nodes, uint64_t first_ns) {
+// names and the first training transfer (millisecond resolution), hashed with FNV-1a; with the salt of
+// tenants that would otherwise collide (salt_shared_ids).
+std::string job_id(const std::vector<std::string>& sorted_nodes, uint64_t first_ns, const std::string& salt) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](const std::string& s) {
     for (unsigned char ch : s) {
@@ -208,6 +322,7 @@ std::string job_id(const std::vector<std::string>& sorted_nodes, uint64_t first_
   };
   for (const auto& s : sorted_nodes) mix(s + ",");
   mix(std::to_string(first_ns / 1000000));
+  if (!salt.empty()) mix("," + salt);
   char buf[32];
   std::snprintf(buf, sizeof buf, "j%010llx", static_cast<unsigned long long>(h & 0xffffffffffull));
   return buf;

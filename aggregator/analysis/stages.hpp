@@ -15,8 +15,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "analysis.hpp"
@@ -133,14 +135,34 @@ struct JobSlice {
   std::vector<Xfer> arrivals;  // the receivers' views of those transfers where seen (Normalized::arrivals)
   uint64_t first_ns = 0;
   uint64_t last_ns = 0;
+  // Empty, unless another job on the same nodes started in the same millisecond (tenants of shared servers
+  // started together, as a simulator starts every job at 0): then the job's smallest address, which its id
+  // hashes too (see salt_shared_ids).
+  std::string id_salt;
 };
 
 // Grouping unit of every connection (see job_grouping.cpp): the index of the connection standing for it.
 std::vector<uint32_t> grouping_units(const Normalized& n);
 // True when a connection carries training traffic by volume (see job_grouping.cpp for the thresholds).
 std::vector<bool> training_connections(const Normalized& n);
-std::vector<JobSlice> group_jobs(const Normalized& n);
-std::string job_id(const std::vector<std::string>& sorted_nodes, uint64_t first_ns);
+// Time intervals [start, end] in ns.
+using Intervals = std::vector<std::pair<uint64_t, uint64_t>>;
+// Appends the [t0, t1] of every transfer of connection `conn` (index into Normalized::conns) that ends at or
+// after from_ns to `out`. The streaming engine, whose connection table carries no transfers, hands
+// group_jobs() its own.
+using ConnActivity = std::function<void(uint32_t conn, uint64_t from_ns, Intervals& out)>;
+// Without `activity`, the transfers are read from n.xfers.
+std::vector<JobSlice> group_jobs(const Normalized& n, const ConnActivity& activity = {});
+// Bursts of activity (intervals closer than 1 ms merged), sorted; and the phi coefficient of two such
+// activities over the time both are seen, its last max_window_ns at most (1: busy and idle together; 0:
+// independent). activity_coupling.cpp.
+Intervals busy_intervals(Intervals xs);
+double activity_coupling(const Intervals& xs, const Intervals& ys, uint64_t max_window_ns);
+// Sets id_salt of the jobs that would otherwise share an id (same nodes, same first millisecond); clears the
+// others'. group_jobs() calls it; a caller that changes first_ns afterwards calls it again.
+void salt_shared_ids(const Normalized& n, std::vector<JobSlice>& jobs);
+std::string job_id(const std::vector<std::string>& sorted_nodes, uint64_t first_ns,
+                   const std::string& salt = "");
 
 // Node-level undirected edge of a job with its role.
 enum class EdgeRole { dp, pp };

@@ -76,3 +76,23 @@ TEST(AnalysisGrouping, JobIdsAreStableAcrossReanalysis) {
   EXPECT_EQ(job_id({"a", "b"}, 1'000'000'123), job_id({"a", "b"}, 1'000'000'999));
   EXPECT_NE(job_id({"a", "b"}, 1'000'000'000), job_id({"a", "c"}, 1'000'000'000));
 }
+
+// The coupling of two activities (job_grouping.cpp: rails of one job vs. tenants of one server).
+TEST(AnalysisGrouping, ActivityCoupling) {
+  constexpr uint64_t ms = 1'000'000;
+  Intervals a, b, c;
+  for (uint64_t k = 0; k < 20; ++k) {
+    a.emplace_back(k * 100 * ms, k * 100 * ms + 20 * ms);                     // busy 20 ms of every 100
+    b.emplace_back(k * 100 * ms + 50 * ms, k * 100 * ms + 70 * ms);           // the same, half a period later
+    c.emplace_back(k * 100 * ms, k * 100 * ms + 10 * ms);                     // 10 ms of every 100
+    c.emplace_back(k * 100 * ms + 10 * ms + ms / 2, k * 100 * ms + 20 * ms);  // a gap under 1 ms: one burst
+  }
+  EXPECT_EQ(busy_intervals(c).size(), 20u);
+  EXPECT_NEAR(activity_coupling(busy_intervals(a), busy_intervals(c), UINT64_MAX), 1.0, 1e-9);
+  EXPECT_LT(activity_coupling(busy_intervals(a), busy_intervals(b), UINT64_MAX), 0.0);
+  // Only the last 100 ms judged: there both are busy together.
+  Intervals d = a;
+  d.front() = {10 * ms, 90 * ms};
+  EXPECT_LT(activity_coupling(busy_intervals(a), busy_intervals(d), UINT64_MAX), 1.0);
+  EXPECT_NEAR(activity_coupling(busy_intervals(a), busy_intervals(d), 100 * ms), 1.0, 1e-9);
+}

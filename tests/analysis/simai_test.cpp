@@ -25,13 +25,14 @@ Input job_c() {
 // job_c's truth (truth_nodes.json): one job on s0, s1; dp 2; iterations of 275.33 ms.
 constexpr uint64_t kStep = 275'327'840;
 
-void expect_job_c(const Job& j, const std::vector<std::string>& nodes, size_t iterations) {
+void expect_job_c(const Job& j, const std::vector<std::string>& nodes, size_t iterations,
+                  double step = static_cast<double>(kStep)) {
   EXPECT_EQ(j.nodes, nodes);
   EXPECT_EQ(j.parallelism.dp, 2);
   EXPECT_EQ(j.parallelism.pp, 1);
   EXPECT_EQ(j.parallelism.dp_groups, std::vector<std::vector<std::string>>{nodes});
   ASSERT_EQ(j.iterations.size(), iterations);
-  for (const auto& it : j.iterations) EXPECT_NEAR(static_cast<double>(it.duration_ns), kStep, 0.003 * kStep);
+  for (const auto& it : j.iterations) EXPECT_NEAR(static_cast<double>(it.duration_ns), step, 0.003 * step);
   EXPECT_TRUE(j.findings.empty());
 }
 
@@ -81,6 +82,78 @@ TEST(ThirdPartyShapes, TwoTenantsOnDisjointServers) {
   ASSERT_EQ(r.jobs.size(), 2u);
   expect_job_c(r.jobs[0], {"s0", "s1"}, 3);
   expect_job_c(r.jobs[1], {"s2", "s3"}, 3);
+}
+
+// Two tenants on the same two servers, each with its own NICs (16-GPU servers split 8 + 8, or two 8-NIC
+// partitions): job_c beside a copy of itself on other addresses mapped to the same servers, 1.2x slower
+// and `later_ns` later. Both share both nodes at the same time, yet their rails are never busy together
+// more than chance makes them: two jobs, each with its own group and step. Offline and streaming alike.
+Input two_tenants_on_shared_servers(uint64_t later_ns = 40'000'000) {
+  Input in = job_c(), two = in;
+  uint64_t f = UINT64_MAX;  // the copy is stretched from job_c's first transfer on
+  for (const FlowEvent& e : in.events) f = std::min(f, e.first_ns);
+  for (FlowEvent e : in.events) {
+    auto move = [](std::string& ip) { ip.replace(0, 4, "12.0"); };  // 11.0.r.1 -> 12.0.r.1
+    move(e.src);
+    move(e.dst);
+    e.first_ns = f + (e.first_ns - f) * 6 / 5 + later_ns;
+    e.last_ns = f + (e.last_ns - f) * 6 / 5 + later_ns;
+    two.events.push_back(e);
+  }
+  for (const auto& [ip, node] : in.addr_node) two.addr_node["12.0" + ip.substr(4)] = node;
+  std::stable_sort(two.events.begin(), two.events.end(),
+                   [](const FlowEvent& a, const FlowEvent& b) { return a.first_ns < b.first_ns; });
+  return two;
+}
+
+TEST(ThirdPartyShapes, TwoTenantsSharingServers) {
+  Result r = analyze(two_tenants_on_shared_servers());
+  ASSERT_EQ(r.jobs.size(), 2u);
+  expect_job_c(r.jobs[0], {"s0", "s1"}, 3);
+  expect_job_c(r.jobs[1], {"s0", "s1"}, 3, 1.2 * static_cast<double>(kStep));
+}
+
+// Started in the same millisecond on the same servers (a simulator starts every job at 0): two jobs with
+// two ids (each also hashes its own smallest address).
+TEST(ThirdPartyShapes, TwoTenantsStartedTogether) {
+  Result r = analyze(two_tenants_on_shared_servers(0));
+  ASSERT_EQ(r.jobs.size(), 2u);
+  EXPECT_NE(r.jobs[0].id, r.jobs[1].id);
+  EXPECT_EQ(r.jobs[0].first_ns / 1000000, r.jobs[1].first_ns / 1000000);
+  bool c_first = r.jobs[0].iterations.front().duration_ns < r.jobs[1].iterations.front().duration_ns;
+  expect_job_c(r.jobs[c_first ? 0 : 1], {"s0", "s1"}, 3);
+  expect_job_c(r.jobs[c_first ? 1 : 0], {"s0", "s1"}, 3, 1.2 * static_cast<double>(kStep));
+}
+
+// The daemon's streaming engine over the same records (40 ms apart, and started together): the same two
+// jobs, with the offline analysis' ids.
+TEST(ThirdPartyShapes, TwoTenantsSharingServersStreaming) {
+  for (uint64_t later : {uint64_t{40'000'000}, uint64_t{0}}) {
+    Input in = two_tenants_on_shared_servers(later);
+    std::stable_sort(in.events.begin(), in.events.end(),
+                     [](const FlowEvent& a, const FlowEvent& b) { return a.last_ns < b.last_ns; });
+    StreamingAnalysis sa;
+    sa.set_addr_nodes(in.addr_node);
+    size_t i = 0;
+    for (uint64_t t = 50'000'000; i < in.events.size(); t += 50'000'000) {
+      while (i < in.events.size() && in.events[i].last_ns <= t) add_event(sa, in.events[i++]);
+      sa.pass(t);
+    }
+    in.offline = false;
+    in.now_ns = in.events.back().last_ns + 500'000'000;
+    Result live = sa.pass(in.now_ns), off = analyze(in);
+    ASSERT_EQ(live.jobs.size(), 2u) << later;
+    ASSERT_EQ(off.jobs.size(), 2u) << later;
+    std::vector<std::string> ids_live{live.jobs[0].id, live.jobs[1].id},
+        ids_off{off.jobs[0].id, off.jobs[1].id};
+    std::sort(ids_live.begin(), ids_live.end());
+    std::sort(ids_off.begin(), ids_off.end());
+    EXPECT_EQ(ids_live, ids_off) << later;
+    EXPECT_NE(ids_live[0], ids_live[1]) << later;
+    bool c_first = live.jobs[0].iterations.front().duration_ns < live.jobs[1].iterations.front().duration_ns;
+    expect_job_c(live.jobs[c_first ? 0 : 1], {"s0", "s1"}, 3);
+    expect_job_c(live.jobs[c_first ? 1 : 0], {"s0", "s1"}, 3, 1.2 * static_cast<double>(kStep));
+  }
 }
 
 // A recording of three iterations' synchronisations: the job and its groups are recognised.

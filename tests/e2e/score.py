@@ -244,15 +244,17 @@ def from_live(netprism, endpoint):
 
 # --- comparison ----------------------------------------------------------------------------------------------
 def match_jobs(truth, npjobs):
-    """Each truth job -> the netprism job sharing most nodes (Jaccard), each netprism job used once."""
+    """Each truth job -> the netprism job sharing most nodes (Jaccard), each netprism job used once. Tenants
+    on the same nodes tie on nodes: then the netprism job whose iterations match more of the truth job's."""
     pairs, used = {}, set()
     cands = []
     for t in truth:
         for k, j in enumerate(npjobs):
             a, b = set(t.nodes), set(j.get("nodes", []))
             if a & b:
-                cands.append((len(a & b) / len(a | b), t.name, k))
-    for score, tname, k in sorted(cands, reverse=True):
+                matched = score_timeline_best(t, j.get("iterations", []))["matched"]
+                cands.append((len(a & b) / len(a | b), matched, t.name, k))
+    for score, _, tname, k in sorted(cands, reverse=True):
         if tname not in pairs and k not in used:
             pairs[tname] = k
             used.add(k)

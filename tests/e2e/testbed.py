@@ -96,9 +96,9 @@ def job_specs(a):
             raise ValueError(f"{j['name']}: schedule must be 1f1b or gpipe")
         if j["stack"] not in ("gloo", "mpi"):
             raise ValueError(f"{j['name']}: stack must be gloo or mpi")
-        if j["stack"] == "mpi" and (j["pp"] != 1 or j["tp"] != 1 or j["pattern"] not in ("allreduce", "zero")):
+        if j["stack"] == "mpi" and (j["pp"] != 1 or j["tp"] != 1 or j["pattern"] not in ("allreduce", "zero", "zero3")):
             raise ValueError(f"{j['name']}: the mpi stack trains data-parallel only (pp=1, tp=1), "
-                             "pattern allreduce or zero")
+                             "pattern allreduce, zero or zero3")
         if min(j["dp"], j["pp"], j["tp"], j["iters"], j["micro_batches"]) < 1:
             raise ValueError(f"{j['name']}: dp, pp, tp, iters, micro_batches must be >= 1")
         j["node_base"] = base_node
@@ -543,8 +543,8 @@ def main(argv=None):
         r.add_argument("--depth", type=int, default=2)
         r.add_argument("--stack", default="gloo", choices=["gloo", "mpi"],
                        help="gloo: PyTorch (train.py); mpi: OpenMPI data-parallel (train_mpi.py, pp=tp=1)")
-        r.add_argument("--pattern", default="allreduce", choices=["allreduce", "zero"],
-                       help="mpi: Horovod-style bucketed all-reduce, or ZeRO reduce-scatter + all-gather")
+        r.add_argument("--pattern", default="allreduce", choices=["allreduce", "zero", "zero3"],
+                       help="mpi: Horovod-style bucketed all-reduce, ZeRO reduce-scatter + all-gather, or FSDP (zero3)")
         r.add_argument("--buckets", type=int, default=4, help="mpi: gradient buckets per iteration")
         r.add_argument("--ddp", action="store_true",
                        help="gloo: PyTorch DDP, one bucket per block, overlapping the backward pass (pp=tp=1)")

@@ -14,6 +14,11 @@ Patterns (--pattern):
   zero       ZeRO-style sharded optimizer: each bucket's gradient is reduce-scattered (MPI_Reduce_scatter_block)
              in the background as it becomes ready, each rank updates its own shard, then the updated
              parameter shards are all-gathered (MPI_Allgather) before the next forward pass.
+  zero3      FSDP / ZeRO-3: parameters stay sharded; each bucket (an FSDP unit) is all-gathered right before
+             its layers run, in the forward pass and again in the backward pass (the full parameters are
+             freed after use), and its gradient is reduce-scattered in the background as soon as its backward
+             is done; the optimizer updates the rank's own shards (--opt-ms of compute) before the next
+             forward pass. DP traffic all through the iteration, no quiet forward pass.
 
 Compute is emulated (sleep, as train.py's "emulated GPU"): forward --fwd-ms, backward twice that, spread
 evenly over --layers layers.
@@ -23,7 +28,8 @@ Ground truth (truth/rank<R>.jsonl), the format of train.py:
   {"type":"iter","iter":i,"start":t0,"compute_end":t1,"sync_end":t2,"step_end":t3, ...layout...}
   {"type":"hang","iter":i,"time":t}    {"type":"end","time":t}
 sync_end is when the rank's last synchronisation of the iteration returned (all buckets all-reduced; for
-zero: the all-gather), the instant the testbed's scorer takes as the iteration boundary.
+zero: the all-gather; for zero3: the last reduce-scatter), the instant the testbed's scorer takes as the
+iteration boundary.
 """
 import argparse
 import json
@@ -43,12 +49,13 @@ def parse():
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", required=True, help="node name of each rank, comma-separated")
     ap.add_argument("--job", default="job0")
-    ap.add_argument("--pattern", choices=["allreduce", "zero"], default="allreduce")
+    ap.add_argument("--pattern", choices=["allreduce", "zero", "zero3"], default="allreduce")
     ap.add_argument("--iters", type=int, default=12)
     ap.add_argument("--fwd-ms", type=float, default=60.0)
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--buckets", type=int, default=4, help="gradient buckets (Horovod's fusion buffers)")
     ap.add_argument("--grad-mb", type=float, default=4.0, help="gradient megabytes per rank per iteration")
+    ap.add_argument("--opt-ms", type=float, default=20.0, help="zero3: optimizer step on the own shards")
     ap.add_argument("--truth", required=True)
     ap.add_argument("--straggler-rank", type=int, default=-1)
     ap.add_argument("--straggler-factor", type=float, default=1.0)
@@ -88,6 +95,31 @@ class Background:
     def close(self):
         self.q.put(None)
         self.t.join()
+
+
+def zero3_step(a, comm, bg, shards, i, compute, shard, rank):
+    """One FSDP iteration over the buckets' parameter shards (shards[b]: this rank's part of bucket b, kept
+    in the first `shard` elements). Returns (compute_end, sync_end)."""
+    world = comm.Get_size()
+    full = np.empty(shard * world, dtype=np.float32)
+    for b in range(a.buckets):  # forward: gather each unit's parameters right before its layers
+        comm.Allgather(np.ascontiguousarray(shards[b][:shard]), full)
+        compute(a.fwd_ms / a.buckets, i)
+    pending = []
+    for b in reversed(range(a.buckets)):  # backward: gather again, compute, reduce-scatter in the background
+        comm.Allgather(np.ascontiguousarray(shards[b][:shard]), full)
+        compute(2 * a.fwd_ms / a.buckets, i)
+        grad = full * 0.5 + i
+        out = np.empty(shard, dtype=np.float32)
+        pending.append((b, out, bg.submit(lambda c, g=grad, o=out: c.Reduce_scatter_block(g, o))))
+    t_compute = time.time()
+    for _, _, done in pending:
+        done.wait()
+    t_sync = time.time()
+    for b, out, _ in pending:
+        shards[b][:shard] -= 1e-3 * out / world
+    compute(a.opt_ms, i)  # the optimizer step on the own shards, before the next forward pass
+    return t_compute, t_sync
 
 
 def main():
@@ -136,6 +168,12 @@ def main():
             os.kill(os.getpid(), signal.SIGSTOP)
         if i == a.pause_at:
             time.sleep(a.pause_seconds)
+        if a.pattern == "zero3":
+            t_compute, t_sync = zero3_step(a, comm, bg, params, i, compute, shard, rank)
+            log.write(json.dumps({"type": "iter", **layout, "iter": i, "start": t_start, "compute_end": t_compute,
+                                  "sync_end": t_sync, "step_end": time.time(), "straggling": slow(i) > 1.0,
+                                  "overruns": 0, "paused": i == a.pause_at}) + "\n")
+            continue
         compute(a.fwd_ms, i)  # forward pass
         pending = []
         bwd_layer_ms = 2 * a.fwd_ms / (layers_per_bucket * a.buckets)
