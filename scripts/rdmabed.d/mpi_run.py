@@ -109,7 +109,7 @@ def measure_clocks(c):
 
 def start_agents(c, agent_args):
     for i in range(c.n):
-        c.spawn(i, f"exec /ctl/netprism-agent --aggregator {c.agg['endpoint']} --node node{i} --iface eth0 "
+        c.spawn(i, f"exec /ctl/netprism-agent --insecure --aggregator {c.agg['endpoint']} --node node{i} --iface eth0 "
                    f"--spool-dir /tmp/spool {agent_args}", "agent")
 
 
@@ -151,7 +151,7 @@ def netprism_wrapper(c, netprism, out):
     """score.from_live runs `NETPRISM --aggregator EP ...`: the aggregator answers inside the namespace."""
     path = os.path.join(out, "netprism-in-netns")
     with open(path, "w") as f:
-        f.write(f"#!/bin/sh\nexec ip netns exec {c.netns} {netprism} \"$@\"\n")
+        f.write(f"#!/bin/sh\nexec ip netns exec {c.netns} {netprism} --insecure \"$@\"\n")
     os.chmod(path, 0o755)
     return path
 

@@ -87,7 +87,7 @@ def verbs_scenario(a, n):
         for i in range(n):
             with open(c.host_path(i, "agent.toml"), "w") as f:
                 f.write(AGENT_TOML)
-            c.spawn(i, f"exec /ctl/netprism-agent --aggregator {c.agg['endpoint']} --node node{i} --iface eth0 "
+            c.spawn(i, f"exec /ctl/netprism-agent --insecure --aggregator {c.agg['endpoint']} --node node{i} --iface eth0 "
                        "--spool-dir /tmp/spool --config /ctl/agent.toml", "agent")
             c.spawn(i, "while :; do rdma -j resource show qp; sleep 0.5; done", "qpwatch")
         c.wait_agents(bins["netprism"], n)

@@ -286,10 +286,13 @@ class Cluster:
 
     # --- aggregator on the host end of the management bridge ---------------------------------------------
     def start_aggregator(self, binary, port=7470, query_port=7471):
+        """Plain TCP (--insecure, and the agents' and CLI's too): both ends live in this run's namespace, which
+        nothing outside reaches; CURVE keys would only add files to the run."""
         data = os.path.join(self.run_dir, "aggregator")
         os.makedirs(data, exist_ok=True)
         log = open(os.path.join(self.run_dir, "aggregator.log"), "w")
-        p = subprocess.Popen(["ip", "netns", "exec", self.netns, binary, "--listen", f"tcp://{MGMT_NET}.1:{port}",
+        p = subprocess.Popen(["ip", "netns", "exec", self.netns, binary, "--insecure", "--listen",
+                              f"tcp://{MGMT_NET}.1:{port}",
                               "--query", f"tcp://127.0.0.1:{query_port}", "--data-dir", data],
                              stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         self.state["pids"].append(p.pid)
@@ -298,7 +301,8 @@ class Cluster:
                     "data": data}
 
     def cli(self, netprism, *args):
-        r = sh("ip", "netns", "exec", self.netns, netprism, "--aggregator", self.agg["query"], *args, check=False)
+        r = sh("ip", "netns", "exec", self.netns, netprism, "--insecure", "--aggregator", self.agg["query"], *args,
+               check=False)
         if r.returncode != 0:
             raise RuntimeError(f"netprism {' '.join(args)}: {r.stderr.strip()}")
         return r.stdout
