@@ -38,16 +38,22 @@ UCX_ENV = {"UCX_NET_DEVICES": "rxe0:1", "UCX_TLS": "rc,self", "UCX_UD_ETH_DGID_C
            "UCX_IB_GID_INDEX": "1", "UCX_WARN_UNUSED_ENV_VARS": "n"}
 OMPI_MCA = {"pml": "ucx", "osc": "ucx", "btl": "self", "plm_rsh_no_tree_spawn": "1",
             "oob_tcp_if_include": f"{vc.MGMT_NET}.0/24", "mpi_yield_when_idle": "1"}
-# Job size under emulation (rxe moves ~3-10 MB/s between two TCG VMs on this shared machine: a 1 MB
-# all-reduce took 330 ms at load 10). Steps of ~0.6-1 s keep the emulation's scheduling noise (a few ms) well
-# under 1 % of a step; 16 iterations give 15 scored durations in ~15 s of training.
-JOB = {"iters": 16, "fwd_ms": 200.0, "grad_mb": 0.5, "buckets": 4, "micro_batches": 4, "act_mb": 0.1,
+# Job size under emulation: rxe between two TCG VMs on this shared machine moves ~1-3 MB/s (a 1 MB all-reduce
+# took 330 ms at load 10; 0.5 MB per iteration in 4 buckets took 400-700 ms at load 20 and spread over the
+# whole backward pass and beyond, leaving no quiet time between iterations: netprism then saw one long
+# iteration). So the gradients are small (0.25 MB in 2 buckets, ~100-300 ms of RoCE traffic) against 600 ms of
+# compute, the forward pass (200 ms) being the quiet part of each iteration, as a real job's; steps of ~0.8-1 s
+# keep the emulation's scheduling noise (a few ms) near or under 1 % of a step; 16 iterations give 15 scored
+# durations.
+JOB = {"iters": 16, "fwd_ms": 200.0, "grad_mb": 0.25, "buckets": 2, "micro_batches": 4, "act_mb": 0.05,
        "schedule": "1f1b", "pattern": "allreduce"}
 CLOCK_PORT = 7472
 
 
 def rank_argv(a, n):
     job = dict(JOB)
+    if a.pp > 1:  # the same compute per iteration, split into the micro-batches (--fwd-ms is per micro-batch)
+        job["fwd_ms"] = JOB["fwd_ms"] / JOB["micro_batches"]
     argv = [vc.PY, "/ctl/train_mpi.py", "--nodes", ",".join(f"node{i}" for i in range(n)), "--job", "job0",
             "--truth", "/ctl/truth/job0", "--pp", str(a.pp)]
     for k in ("iters", "fwd_ms", "grad_mb", "buckets", "micro_batches", "act_mb", "schedule", "pattern"):
@@ -55,9 +61,8 @@ def rank_argv(a, n):
     fault = None
     if a.slow_rank is not None:
         # train_mpi.py slows a rank by a factor of its compute: MS more per iteration, whose compute is
-        # 3 x fwd_ms (forward + backward) per micro-batch, times the micro-batches with a pipeline.
-        per_iter = 3 * job["fwd_ms"] * (job["micro_batches"] if a.pp > 1 else 1)
-        factor = 1.0 + a.slow_ms / per_iter
+        # 3 x fwd_ms (forward + backward twice as long), spread over the micro-batches with a pipeline.
+        factor = 1.0 + a.slow_ms / (3 * JOB["fwd_ms"])
         fault = {"kind": "straggler", "job": "job0", "rank": a.slow_rank, "node": f"node{a.slow_rank}",
                  "factor": round(factor, 4), "from": a.slow_from, "slow_ms": a.slow_ms}
         argv += ["--straggler-rank", str(a.slow_rank), "--straggler-factor", str(factor), "--straggler-from",
@@ -176,6 +181,7 @@ def wire_totals(n, before, after, flows):
         roce = sum(f["bytes"] for f in mine if f["proto"] == "roce")
         other = sum(f["bytes"] for f in mine if f["proto"] != "roce")
         per[f"node{i}"] = {"eth0_tx_packets": d["if.tx_packets"], "rxe_sent_pkts": d.get("hw.sent_pkts"),
+                           "eth0_rx_packets": d["if.rx_packets"], "rxe_rcvd_pkts": d.get("hw.rcvd_pkts"),
                            "eth0_tx_ip_bytes": ip_bytes, "probe_roce_bytes": roce, "probe_other_bytes": other,
                            "probe_roce_packets": sum(f["packets"] for f in mine if f["proto"] == "roce"),
                            "eth1_tx_bytes": d.get("mgmt.tx_bytes"),
