@@ -114,8 +114,14 @@ def measure_clocks(c):
 
 # The agent's CPU budget (25 % of a core) is sized for real hosts. Emulated, the same agent used 45-50 % of
 # its VM's one vCPU while the job had not even started (1-2 records/s), so the budget degraded it to level 3
-# (flowlet gap x16: the timeline's resolution) before the first iteration. Here it may use the vCPU.
-AGENT_TOML = "[budget]\ncpu_percent = 100\n"
+# (flowlet gap x16) before the first iteration. Here it may use the vCPU.
+# Flowlets: the probe's defaults (gap 4 ms, bursts cut at 100 ms) suit a NIC that sends a message's packets
+# back to back. Emulated rxe trickles a message out with pauses of several ms and one all-reduce lasts
+# 100-400 ms: with the defaults (and with a 20 ms gap) the stored flowlets cut each all-reduce into pieces
+# (~20-35 per iteration) and netprism read their alternation as pipeline sends (dp 1, pp 2; 3 runs). The
+# first run, whose budget had scaled both by 16 (64 ms, 1.6 s), grouped DP right and matched 12 of 15
+# iterations. 50 ms / 1 s: the gap stays far below the quiet forward pass (200 ms) between iterations.
+AGENT_TOML = "[budget]\ncpu_percent = 100\n[probe]\ngap_us = 50000\nmax_burst_ms = 1000\n"
 
 
 def start_agents(c, agent_args):
