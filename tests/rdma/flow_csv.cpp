@@ -5,13 +5,15 @@
 // Usage: np_flow_csv DATA_DIR
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "netprism/addr.hpp"
 #include "store.hpp"
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::cerr << "usage: np_flow_csv DATA_DIR\n";
+  const bool egress_only = argc == 3 && std::string(argv[2]) == "--egress";
+  if (argc != 2 && !egress_only) {
+    std::cerr << "usage: np_flow_csv DATA_DIR [--egress]\n";
     return 2;
   }
   try {
@@ -19,7 +21,7 @@ int main(int argc, char** argv) {
     std::printf("src_ip,dst_ip,src_port,dst_port,bytes,start_ns,end_ns,proto,packets,node,tcp_flags,qpn\n");
     s.scan_batches(std::nullopt, 0, UINT64_MAX, [&](const netprism::Batch& b, uint64_t) {
       for (const auto& f : b.flowlets) {
-        if (f.key.dir != NP_DIR_EGRESS) continue;
+        if (egress_only && f.key.dir != NP_DIR_EGRESS) continue;
         const char* proto = f.key.proto == NP_PROTO_ROCE  ? "roce"
                             : f.key.proto == NP_PROTO_TCP ? "tcp"
                                                           : "udp";
