@@ -41,7 +41,9 @@ OMPI_MCA = {"pml": "ucx", "osc": "ucx", "btl": "self", "plm_rsh_no_tree_spawn": 
 # Job size under emulation: rxe between two TCG VMs on this shared machine moves 0.2-3 MB/s depending on the
 # load (a 1 MB all-reduce took 330 ms at load 10; 0.25 MB per iteration took 0.2-1.2 s at load 20, spreading
 # over the backward pass and beyond, and netprism then read the jumble as pipeline sends). So the gradients
-# are small (0.125 MB, one bucket all-reduced after the backward pass) against 600 ms of compute (forward
+# are small (0.125 MB, one bucket all-reduced after the backward pass, on the training thread: a hand-off
+# to train_mpi.py's background thread put tens of ms of emulated scheduling between the wire and the truth's
+# sync_end) against 600 ms of compute (forward
 # 200 ms, backward 400 ms), quiet on the wire; steps of ~0.7-1 s keep the emulation's scheduling noise (a few
 # ms) near 1 % of a step; 16 iterations give 15 scored durations.
 JOB = {"iters": 16, "fwd_ms": 200.0, "grad_mb": 0.125, "buckets": 1, "micro_batches": 4, "act_mb": 0.05,
@@ -54,7 +56,7 @@ def rank_argv(a, n):
     if a.pp > 1:  # the same compute per iteration, split into the micro-batches (--fwd-ms is per micro-batch)
         job["fwd_ms"] = JOB["fwd_ms"] / JOB["micro_batches"]
     argv = [vc.PY, "/ctl/train_mpi.py", "--nodes", ",".join(f"node{i}" for i in range(n)), "--job", "job0",
-            "--truth", "/ctl/truth/job0", "--pp", str(a.pp)]
+            "--truth", "/ctl/truth/job0", "--pp", str(a.pp), "--inline-sync"]
     for k in ("iters", "fwd_ms", "grad_mb", "buckets", "micro_batches", "act_mb", "schedule", "pattern"):
         argv += ["--" + k.replace("_", "-"), str(job[k])]
     fault = None

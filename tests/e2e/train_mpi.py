@@ -61,6 +61,9 @@ def parse():
     ap.add_argument("--micro-batches", type=int, default=4, help="pipeline: micro-batches per iteration")
     ap.add_argument("--schedule", choices=["1f1b", "gpipe"], default="1f1b", help="pipeline schedule")
     ap.add_argument("--act-mb", type=float, default=0.25, help="pipeline: activation megabytes per micro-batch")
+    ap.add_argument("--inline-sync", action="store_true",
+                    help="run each bucket's collective on the training thread, not the background one (nothing "
+                         "to overlap with one bucket; spares a thread hand-off between the wire and sync_end)")
     ap.add_argument("--truth", required=True)
     ap.add_argument("--straggler-rank", type=int, default=-1)
     ap.add_argument("--straggler-factor", type=float, default=1.0)
@@ -199,10 +202,17 @@ def main():
                 return
             if a.pattern == "allreduce":
                 out = np.empty_like(grads[b])
-                pending.append((b, out, bg.submit(lambda c, g=grads[b], o=out: c.Allreduce(g, o))))
+                fn = lambda c, g=grads[b], o=out: c.Allreduce(g, o)  # noqa: E731
             else:
                 out = np.empty(shard, dtype=np.float32)
-                pending.append((b, out, bg.submit(lambda c, g=grads[b], o=out: c.Reduce_scatter_block(g, o))))
+                fn = lambda c, g=grads[b], o=out: c.Reduce_scatter_block(g, o)  # noqa: E731
+            if a.inline_sync:
+                fn(bg.comm)
+                done = threading.Event()
+                done.set()
+            else:
+                done = bg.submit(fn)
+            pending.append((b, out, done))
 
         if a.pp == 1:
             compute(a.fwd_ms, i)  # forward pass
