@@ -71,7 +71,7 @@ def rank_argv(a, n):
     return argv, job, fault
 
 
-def mpirun_argv(n, rank):
+def mpirun_argv(n, rank, ucx):
     argv = ["ip", "netns", "exec", None, "mpirun", "--allow-run-as-root",
             # The orteds get every command-line MCA parameter: the agent's path does not exist in the VMs, so
             # the list ends with one that does (they never launch anything: no tree spawn).
@@ -79,7 +79,7 @@ def mpirun_argv(n, rank):
             "--host", ",".join(f"node{i}:1" for i in range(n)), "-np", str(n)]
     for k, v in OMPI_MCA.items():
         argv += ["--mca", k, v]
-    for k, v in UCX_ENV.items():
+    for k, v in ucx.items():
         argv += ["-x", f"{k}={v}"]
     return argv + ["-x", "OMP_NUM_THREADS=1"] + rank
 
@@ -242,13 +242,17 @@ def run(a, bins):
     for d in ("truth", "logs"):
         os.makedirs(os.path.join(out, d), exist_ok=True)
     rank, job, fault = rank_argv(a, n)
+    ucx = dict(UCX_ENV)
+    for kv in a.ucx or []:  # --ucx K=V: a UCX setting beyond the testbed's (recorded in run.json)
+        k, _, v = kv.partition("=")
+        ucx[k] = v
     t_start = time.time()
     load0 = open("/proc/loadavg").read().split()[:3]
     c = vc.Cluster(n, a.build, out)
     manifest = {"version": 1, "created": t_start, "command": sys.argv, "stack": "openmpi+ucx (rc verbs on rxe)",
                 "jobs": [{"name": "job0", "dp": a.dp, "pp": a.pp, "tp": 1, **job,
                           "nodes": [f"node{i}" for i in range(n)]}],
-                "faults": [fault] if fault else [], "ucx": UCX_ENV, "ompi_mca": OMPI_MCA,
+                "faults": [fault] if fault else [], "ucx": ucx, "ompi_mca": OMPI_MCA,
                 "nodes": {f"node{i}": {"ip": vc.data_ip(i), "iface": "eth0"} for i in range(n)}}
     try:
         c.start(agent_bin=bins["agent"])
@@ -265,7 +269,7 @@ def run(a, bins):
         c.wait_agents(bins["netprism"], n, timeout=300)  # the probe's BPF verification: ~1 min emulated
         before = [c.snapshot(i) for i in range(n)]
         manifest["train_started"] = time.time()
-        manifest["train_s"] = round(train(c, mpirun_argv(n, rank), out, n, a.timeout), 1)
+        manifest["train_s"] = round(train(c, mpirun_argv(n, rank, ucx), out, n, a.timeout), 1)
         time.sleep(2)  # the last flowlets close (idle gap) and leave the agents
         after = [c.snapshot(i) for i in range(n)]
         manifest["clock_end"] = measure_clocks(c)

@@ -179,6 +179,8 @@ def main():
     r.add_argument("--counters-only", action="store_true",
                    help="issue 16 item 4: the probe off the RDMA interface, analysis from counters (not yet)")
     r.add_argument("--timeout", type=float, default=900, help="give up training after this many seconds")
+    r.add_argument("--ucx", action="append", metavar="K=V",
+                   help="another UCX setting for the ranks, e.g. UCX_RNDV_THRESH=inf (repeatable)")
     r.add_argument("--out", required=True)
     r.add_argument("--build", default=argparse.SUPPRESS)
     a = p.parse_args()
