@@ -206,13 +206,7 @@ def main():
             else:
                 out = np.empty(shard, dtype=np.float32)
                 fn = lambda c, g=grads[b], o=out: c.Reduce_scatter_block(g, o)  # noqa: E731
-            if a.inline_sync:
-                fn(bg.comm)
-                done = threading.Event()
-                done.set()
-            else:
-                done = bg.submit(fn)
-            pending.append((b, out, done))
+            pending.append((b, out, fn if a.inline_sync else bg.submit(fn)))
 
         if a.pp == 1:
             compute(a.fwd_ms, i)  # forward pass
@@ -226,7 +220,10 @@ def main():
                 bucket_ready(b)
         t_compute = time.time()
         for b, out, done in pending:
-            done.wait()
+            if a.inline_sync:  # the collective itself, after the compute
+                done(bg.comm)
+            else:
+                done.wait()
         if a.pattern == "allreduce":
             for b, out, _ in pending:
                 params[b] -= 1e-3 * out / dp
