@@ -17,8 +17,8 @@ mirror=http://deb.debian.org/debian # the Debian archive only: nothing else is d
 root_packages=(
   rdma-core ibverbs-providers ibverbs-utils perftest iproute2 procps kmod bpftool
   libbpf1 libzmq5 libtomlplusplus3 libibverbs1 libelf1 libzstd1 libsqlite3-0
-  openmpi-bin python3-mpi4py ucx-utils
-) # the last line: for the training job over RDMA (issue 16 item 3, not done yet)
+  openmpi-bin python3-mpi4py python3-numpy ucx-utils
+) # the last line: the training job over RDMA (issue 16 item 3: train_mpi.py on OpenMPI + UCX; ucx_info)
 # Loaded in this order by the initrd (dependencies first, from the kernel's modules.dep). crc32_generic:
 # without it `rdma link add ... type rxe` fails with "No such file or directory" (checked here, 6.1).
 # sch_ingress/cls_bpf: the agent's clsact qdisc and tc programs. 9p/overlay: the shared read-only root.

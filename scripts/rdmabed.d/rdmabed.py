@@ -9,9 +9,11 @@ on each VM's eth0, a netprism-agent in every VM, the aggregator on the host end 
   rdmabed up [--nodes N] --out DIR  boot the cluster (agents not started) and keep it until DIR/stop exists or
                                     Ctrl-C; the aggregator listens on tcp://10.78.0.1:7470 in the namespace
   rdmabed exec DIR NODE CMD...      run a shell command in VM NODE (0..N-1) of a cluster `up` keeps
-  rdmabed run --dp D --pp P [...] --out DIR
-                                    the acceptance contract; today it runs the verbs traffic on D*P nodes (the
-                                    training job over RDMA is not implemented yet: those fields are null)
+  rdmabed run --dp D --pp P [--slow-rank R --slow-ms MS --slow-from I] [--counters-only] --out DIR
+                                    the acceptance contract: D x P VMs train (OpenMPI + UCX over the rxe devices,
+                                    tests/e2e/train_mpi.py, one rank per VM); netprism's view from the agents'
+                                    RoCE flows is scored against the ranks' own log (mpi_run.py). DIR keeps the
+                                    recording: truth/, flows.csv, topology.txt, run.json, netprism.json, score.txt
 The last line of `verbs` and `run` is one JSON object. Exit: 0 ok, 1 a check failed or the run broke, 2 usage,
 3 something missing on this machine (named on stderr; 77 instead when not root and CI is unset).
 """
@@ -28,6 +30,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import vmcluster as vc  # noqa: E402
 import verbs_check as chk  # noqa: E402
+import mpi_run  # noqa: E402
 
 # Sizes: small enough that a run stays short under emulation (rxe moves ~10-30 MB/s there), large enough
 # that every message spans many MTU-sized packets.
@@ -44,39 +47,9 @@ WORKLOADS = [
 # The QP table is refreshed every 5 s by default (QPs of jobs live for hours); the tools' QPs here live for a
 # few seconds (>= 5 s here), so the test refreshes it more often than the `rdma` watcher samples (0.5 s).
 AGENT_TOML = "[rdma]\nqp_refresh_ms = 200\n"
-# Builtins only: under emulation every fork+exec costs ~0.5 s on this shared machine (a `cat` per file made a
-# snapshot take 7-25 s).
-SNAPSHOT = r"""
-d=/sys/class/net/eth0/statistics
-for f in tx_bytes tx_packets rx_bytes rx_packets; do read -r v <"$d/$f"; echo "if.$f $v"; done
-for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do read -r v <"$f"; echo "hw.${f##*/} $v"; done
-"""
-
-
-def snapshot(c, i):
-    out = {}
-    for line in c.run(i, SNAPSHOT).splitlines():
-        k, v = line.split()
-        out[k] = int(v)
-    return out
-
-
-def wait_agents(c, netprism, n, timeout=120):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        try:
-            st = json.loads(c.cli(netprism, "status", "--json"))
-            if sum(1 for a in st["agents"] if a["connected"]) >= n:
-                return
-        except (RuntimeError, ValueError):
-            pass
-        time.sleep(1)
-    raise RuntimeError(f"agents not connected after {timeout} s; see {c.run_dir}/node*/ctl/agent.log")
-
-
 def run_workload(c, a, b, wl):
     """One tool run, client on a, server on b; the hw_counters of both around it (for retransmissions)."""
-    hw_before = {x: snapshot(c, x) for x in (a, b)}
+    hw_before = {x: c.snapshot(x) for x in (a, b)}
     name, cmd, size, iters = wl
     tool = cmd.format(size=size, iters=iters)
     tag = f"{name}_{a}_{b}"
@@ -90,13 +63,8 @@ def run_workload(c, a, b, wl):
         f.write(client)
     seconds = time.time() - t0
     time.sleep(0.5)  # hw_counters are cached for `lifespan` ms
-    hw = {f"node{x}": {k: v - hw_before[x][k] for k, v in snapshot(c, x).items()} for x in (a, b)}
+    hw = {f"node{x}": {k: v - hw_before[x][k] for k, v in c.snapshot(x).items()} for x in (a, b)}
     return {"name": name, "client": a, "server": b, "size": size, "iters": iters, "seconds": seconds, "hw": hw}
-
-
-def stop_spawned(c, i, name):
-    c.run(i, f"p=$(cat /ctl/{name}.pid); kill -TERM $p 2>/dev/null || true; "
-             "for k in $(seq 300); do kill -0 $p 2>/dev/null || exit 0; sleep 0.1; done; exit 1")
 
 
 def verbs_scenario(a, n):
@@ -119,20 +87,20 @@ def verbs_scenario(a, n):
         for i in range(n):
             with open(c.host_path(i, "agent.toml"), "w") as f:
                 f.write(AGENT_TOML)
-            c.spawn(i, f"exec /ctl/netprism-agent --aggregator {c.agg['endpoint']} --node node{i} --iface eth0 "
+            c.spawn(i, f"exec /ctl/netprism-agent --insecure --aggregator {c.agg['endpoint']} --node node{i} --iface eth0 "
                        "--spool-dir /tmp/spool --config /ctl/agent.toml", "agent")
             c.spawn(i, "while :; do rdma -j resource show qp; sleep 0.5; done", "qpwatch")
-        wait_agents(c, bins["netprism"], n)
+        c.wait_agents(bins["netprism"], n)
         mtu = int(c.run(0, "ibv_devinfo -d rxe0 | awk '/active_mtu/ {print $2}'").split()[0])
-        before = [snapshot(c, i) for i in range(n)]
+        before = [c.snapshot(i) for i in range(n)]
         pairs = [(i, (i + 1) % n) for i in range(n if n > 2 else 1)]
         runs = [run_workload(c, x, y, wl) for x, y in pairs for wl in WORKLOADS]
         time.sleep(1)  # rxe's hw_counters are cached for their `lifespan` (ms): read them settled
-        after = [snapshot(c, i) for i in range(n)]
+        after = [c.snapshot(i) for i in range(n)]
         qp_rows = []
         for i in range(n):
-            stop_spawned(c, i, "qpwatch")
-            stop_spawned(c, i, "agent")
+            c.stop_spawned(i, "qpwatch")
+            c.stop_spawned(i, "agent")
             qp_rows += chk.parse_qp_watch(f"node{i}", open(c.host_path(i, "qpwatch.log")).read())
         time.sleep(2)  # the aggregator acknowledges the agents' last batches before it is asked
         flows = json.loads(c.cli(bins["netprism"], "flows", "--json"))["flows"]
@@ -175,11 +143,7 @@ def up(a):
 def exec_in(a):
     with open(os.path.join(a.dir, "cluster.json")) as f:
         ctl = json.load(f)["vms"][a.node]
-    cmd_dir = os.path.join(ctl, "cmd")
-    n = len([x for x in os.listdir(cmd_dir) if x.endswith(".sh")])
-    with open(os.path.join(cmd_dir, f"{n}.sh.tmp"), "w") as f:
-        f.write(" ".join(a.command) + "\n")
-    os.replace(os.path.join(cmd_dir, f"{n}.sh.tmp"), os.path.join(cmd_dir, f"{n}.sh"))
+    n = vc.submit_to(ctl, " ".join(a.command) + "\n")
     rc_path = os.path.join(ctl, "out", f"{n}.rc")
     while not os.path.exists(rc_path):
         time.sleep(0.1)
@@ -211,8 +175,12 @@ def main():
     r.add_argument("--pp", type=int, required=True)
     r.add_argument("--slow-rank", type=int)
     r.add_argument("--slow-ms", type=float)
-    r.add_argument("--slow-from", type=int)
-    r.add_argument("--counters-only", action="store_true")
+    r.add_argument("--slow-from", type=int, default=0)
+    r.add_argument("--counters-only", action="store_true",
+                   help="issue 16 item 4: the probe off the RDMA interface, analysis from counters (not yet)")
+    r.add_argument("--timeout", type=float, default=900, help="give up training after this many seconds")
+    r.add_argument("--ucx", action="append", metavar="K=V",
+                   help="another UCX setting for the ranks, e.g. UCX_RNDV_THRESH=inf (repeatable)")
     r.add_argument("--out", required=True)
     r.add_argument("--build", default=argparse.SUPPRESS)
     a = p.parse_args()
@@ -244,23 +212,27 @@ def main():
 
 def run_contract(a):
     n = a.dp * a.pp
-    if n < 2:
+    if n < 2 or min(a.dp, a.pp) < 1:
         print("rdmabed: --dp x --pp must be at least 2 (one VM per node)", file=sys.stderr)
         return 2
-    if a.counters_only or a.slow_rank is not None:
-        print("rdmabed: --counters-only and --slow-* need the training job over RDMA (issue 16 item 3/4): "
-              "not implemented yet, ignored", file=sys.stderr)
-    res = verbs_scenario(a, n)
-    print("rdmabed: training over RDMA (OpenMPI/UCX) is not implemented yet: jobs, grouping, parallelism, "
-          "iterations, errors, truth noise and findings are null; this run carried verbs traffic only",
-          file=sys.stderr)
-    doc = {"verbs_bytes_sent": res["verbs_bytes_sent"], "verbs_bytes_seen": res["verbs_bytes_seen"],
-           "jobs": None, "grouping_exact": None, "parallelism_exact": None, "iterations_truth": None,
-           "iterations_matched": None, "err_median_pct": None, "err_p95_pct": None,
-           "truth_noise_median_pct": None, "truth_noise_p95_pct": None, "findings": None, "source": "probe",
-           "verbs_checks_ok": res["ok"], "wall_s": res["wall_s"]}
-    print(json.dumps(doc))
-    return 0 if res["ok"] else 1
+    if (a.slow_rank is None) != (a.slow_ms is None) or (a.slow_rank is not None and not 0 <= a.slow_rank < n):
+        print(f"rdmabed: --slow-rank (0..{n - 1}) and --slow-ms go together", file=sys.stderr)
+        return 2
+    build = os.path.abspath(a.build)
+    bins = {k: os.path.join(build, p) for k, p in (
+        ("agent", "agent/netprism-agent"), ("aggregator", "aggregator/netprism-aggregator"),
+        ("netprism", "aggregator/netprism"), ("flow_csv", "tests/rdma/np_flow_csv"))}
+    for k, p in bins.items():
+        if not os.access(p, os.X_OK):
+            raise vc.Missing(f"{p} not built (cmake --build {build} --target netprism-agent netprism-aggregator "
+                             "netprism np_flow_csv)")
+    try:
+        res = mpi_run.run(a, bins)
+    except NotImplementedError as e:
+        print(f"rdmabed: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(res))
+    return 0
 
 
 if __name__ == "__main__":

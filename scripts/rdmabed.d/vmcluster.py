@@ -9,6 +9,7 @@ VMs are driven through a 9p control share per VM (vm-init runs /ctl/cmd/N.sh, wr
 Everything a run creates is listed in a state file; teardown() removes it (VMs, aggregator, namespace with
 its taps and bridges, the run directory's scratch), also from a detached watchdog when the driver dies.
 """
+import fcntl
 import json
 import os
 import secrets
@@ -23,6 +24,17 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 STATE_DIR = "/run/netprism-rdmabed"
 DATA_NET, MGMT_NET = "10.77.0", "10.78.0"
 PY = "/usr/bin/python3"
+
+
+# Builtins only: under emulation every fork+exec costs ~0.5 s on this shared machine (a `cat` per file made a
+# snapshot take 7-25 s).
+SNAPSHOT = r"""
+d=/sys/class/net/eth0/statistics
+for f in tx_bytes tx_packets rx_bytes rx_packets; do read -r v <"$d/$f"; echo "if.$f $v"; done
+d=/sys/class/net/eth1/statistics
+for f in tx_bytes rx_bytes; do read -r v <"$d/$f"; echo "mgmt.$f $v"; done
+for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do read -r v <"$f"; echo "hw.${f##*/} $v"; done
+"""
 
 
 class Missing(Exception):
@@ -108,7 +120,7 @@ class Cluster:
         self.id = f"rb{os.getpid() % 100000}{secrets.token_hex(2)}"
         self.netns = f"nprdma-{self.id}"
         self.run_dir = os.path.abspath(run_dir)
-        self.vms = []  # per VM: {"name", "ctl", "proc", "seq"}
+        self.vms = []  # per VM: {"name", "dir", "ctl", "proc"}
         self.state = {"id": self.id, "netns": None, "pids": [], "scratch": []}
         self.agg = None
 
@@ -182,7 +194,7 @@ class Cluster:
         p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         self.state["pids"].append(p.pid)
         self._save()
-        self.vms.append({"name": name, "dir": vdir, "ctl": ctl, "proc": p, "seq": 0})
+        self.vms.append({"name": name, "dir": vdir, "ctl": ctl, "proc": p})
 
     def _wait_ready(self, timeout):
         t0 = time.time()
@@ -213,14 +225,7 @@ class Cluster:
 
     # --- commands ----------------------------------------------------------------------------------------
     def submit(self, i, script):
-        v = self.vms[i]
-        n = v["seq"]
-        v["seq"] += 1
-        path = os.path.join(v["ctl"], "cmd", f"{n}.sh")
-        with open(path + ".tmp", "w") as f:
-            f.write("set -e\n" + script + "\n")
-        os.replace(path + ".tmp", path)
-        return n
+        return submit_to(self.vms[i]["ctl"], "set -e\n" + script + "\n")
 
     def wait(self, i, n, timeout=300):
         v = self.vms[i]
@@ -246,15 +251,48 @@ class Cluster:
         /ctl/<name>.pid."""
         self.run(i, f"setsid bash -c {sh_quote(script)} >/ctl/{name}.log 2>&1 </dev/null & echo $! >/ctl/{name}.pid")
 
+    def snapshot(self, i):
+        """eth0's (RoCE only), eth1's (everything else) and rxe0's counters of VM i, as {"if.tx_bytes": ...,
+        "mgmt.tx_bytes": ..., "hw.sent_pkts": ...}."""
+        out = {}
+        for line in self.run(i, SNAPSHOT).splitlines():
+            k, v = line.split()
+            out[k] = int(v)
+        return out
+
+    def wait_agents(self, netprism, n, timeout=120):
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            try:
+                st = json.loads(self.cli(netprism, "status", "--json"))
+                if sum(1 for a in st["agents"] if a["connected"]) >= n:
+                    return
+            except (RuntimeError, ValueError):
+                pass
+            time.sleep(1)
+        raise RuntimeError(f"agents not connected after {timeout} s; see {self.run_dir}/node*/ctl/agent.log")
+
+    def stop_spawned(self, i, name):
+        self.run(i, f"p=$(cat /ctl/{name}.pid); kill -TERM $p 2>/dev/null || true; "
+                    "for k in $(seq 300); do kill -0 $p 2>/dev/null || exit 0; sleep 0.1; done; exit 1")
+
+    def track(self, pid):
+        """A process of this run that teardown() ends."""
+        self.state["pids"].append(pid)
+        self._save()
+
     def host_path(self, i, rel):
         return os.path.join(self.vms[i]["ctl"], rel)
 
     # --- aggregator on the host end of the management bridge ---------------------------------------------
     def start_aggregator(self, binary, port=7470, query_port=7471):
+        """Plain TCP (--insecure, and the agents' and CLI's too): both ends live in this run's namespace, which
+        nothing outside reaches; CURVE keys would only add files to the run."""
         data = os.path.join(self.run_dir, "aggregator")
         os.makedirs(data, exist_ok=True)
         log = open(os.path.join(self.run_dir, "aggregator.log"), "w")
-        p = subprocess.Popen(["ip", "netns", "exec", self.netns, binary, "--listen", f"tcp://{MGMT_NET}.1:{port}",
+        p = subprocess.Popen(["ip", "netns", "exec", self.netns, binary, "--insecure", "--listen",
+                              f"tcp://{MGMT_NET}.1:{port}",
                               "--query", f"tcp://127.0.0.1:{query_port}", "--data-dir", data],
                              stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         self.state["pids"].append(p.pid)
@@ -263,10 +301,26 @@ class Cluster:
                     "data": data}
 
     def cli(self, netprism, *args):
-        r = sh("ip", "netns", "exec", self.netns, netprism, "--aggregator", self.agg["query"], *args, check=False)
+        r = sh("ip", "netns", "exec", self.netns, netprism, "--insecure", "--aggregator", self.agg["query"], *args,
+               check=False)
         if r.returncode != 0:
             raise RuntimeError(f"netprism {' '.join(args)}: {r.stderr.strip()}")
         return r.stdout
+
+
+def submit_to(ctl, script):
+    """Queues a script for a VM's vm-init (it runs /ctl/cmd/0.sh, 1.sh, ... in order) and returns its number.
+    Several processes submit to one VM at once (the driver, and OpenMPI's launch agent vm_rsh): the number is
+    taken under a lock on the command directory, as the count of the scripts already queued."""
+    cmd_dir = os.path.join(ctl, "cmd")
+    with open(os.path.join(cmd_dir, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        n = len([x for x in os.listdir(cmd_dir) if x.endswith(".sh")])
+        path = os.path.join(cmd_dir, f"{n}.sh")
+        with open(path + ".tmp", "w") as f:
+            f.write(script)
+        os.replace(path + ".tmp", path)
+    return n
 
 
 def sh_quote(s):

@@ -23,6 +23,14 @@ Patterns (--pattern):
 Compute is emulated (sleep, as train.py's "emulated GPU"): forward --fwd-ms, backward twice that, spread
 evenly over --layers layers.
 
+Pipeline parallelism (--pp P > 1, --dp D, D x P ranks; rank = stage x D + dp_rank, train.py's layout without
+TP): each iteration runs --micro-batches micro-batches through the stages (--schedule 1f1b or gpipe): a
+stage receives each micro-batch's activations (--act-mb megabytes) from the previous stage's rank of the
+same dp_rank (blocking MPI_Recv), computes --fwd-ms (backward: twice that) and sends them on (MPI_Isend);
+gradients flow back the same way. After the pipeline drains, a stage with D > 1 all-reduces its gradient
+buckets across its DP group (a communicator per stage), bucket after bucket. With D = 1 there is no
+synchronisation, and sync_end is the end of the rank's last backward (as train.py).
+
 Ground truth (truth/rank<R>.jsonl), the format of train.py:
   {"type":"meta", ...layout...}
   {"type":"iter","iter":i,"start":t0,"compute_end":t1,"sync_end":t2,"step_end":t3, ...layout...}
@@ -56,6 +64,13 @@ def parse():
     ap.add_argument("--buckets", type=int, default=4, help="gradient buckets (Horovod's fusion buffers)")
     ap.add_argument("--grad-mb", type=float, default=4.0, help="gradient megabytes per rank per iteration")
     ap.add_argument("--opt-ms", type=float, default=20.0, help="zero3: optimizer step on the own shards")
+    ap.add_argument("--pp", type=int, default=1, help="pipeline stages (the ranks: dp x pp)")
+    ap.add_argument("--micro-batches", type=int, default=4, help="pipeline: micro-batches per iteration")
+    ap.add_argument("--schedule", choices=["1f1b", "gpipe"], default="1f1b", help="pipeline schedule")
+    ap.add_argument("--act-mb", type=float, default=0.25, help="pipeline: activation megabytes per micro-batch")
+    ap.add_argument("--inline-sync", action="store_true",
+                    help="run each bucket's collective on the training thread, not the background one (nothing "
+                         "to overlap with one bucket; spares a thread hand-off between the wire and sync_end)")
     ap.add_argument("--truth", required=True)
     ap.add_argument("--straggler-rank", type=int, default=-1)
     ap.add_argument("--straggler-factor", type=float, default=1.0)
@@ -120,6 +135,41 @@ def zero3_step(a, comm, bg, shards, i, compute, shard, rank):
         shards[b][:shard] -= 1e-3 * out / world
     compute(a.opt_ms, i)  # the optimizer step on the own shards, before the next forward pass
     return t_compute, t_sync
+def pipeline_step(a, comm, dp, stage, compute, i):
+    """One iteration's micro-batches through this rank's stage, 1F1B or GPipe (train.py's schedules)."""
+    rank, M = comm.Get_rank(), a.micro_batches
+    prev = rank - dp if stage > 0 else None
+    nxt = rank + dp if stage < a.pp - 1 else None
+    n = max(1, int(a.act_mb * 1e6 / 4))
+    act_in, grad_in = np.empty(n, dtype=np.float32), np.empty(n, dtype=np.float32)
+    act_out, grad_out = np.full(n, 0.5, dtype=np.float32), np.full(n, 0.25, dtype=np.float32)
+    sends = []
+
+    def fwd(m):
+        if prev is not None:
+            comm.Recv(act_in, source=prev, tag=2 * m)
+        compute(a.fwd_ms, i)
+        if nxt is not None:
+            sends.append(comm.Isend(act_out, dest=nxt, tag=2 * m))
+
+    def bwd(m):
+        if nxt is not None:
+            comm.Recv(grad_in, source=nxt, tag=2 * m + 1)
+        compute(2 * a.fwd_ms, i)
+        if prev is not None:
+            sends.append(comm.Isend(grad_out, dest=prev, tag=2 * m + 1))
+
+    if a.schedule == "gpipe":
+        order = [(fwd, m) for m in range(M)] + [(bwd, m) for m in range(M)]
+    else:  # 1F1B: warm-up forwards, then one forward one backward, then the remaining backwards
+        warm = min(a.pp - stage - 1, M)
+        order = [(fwd, m) for m in range(warm)]
+        for k in range(M - warm):
+            order += [(fwd, warm + k), (bwd, k)]
+        order += [(bwd, k) for k in range(M - warm, M)]
+    for step, m in order:
+        step(m)
+    MPI.Request.Waitall(sends)
 
 
 def main():
@@ -129,23 +179,29 @@ def main():
     nodes = a.nodes.split(",")
     if len(nodes) != world:
         sys.exit(f"--nodes names {len(nodes)} nodes, the job has {world} ranks")
+    if world % a.pp:
+        sys.exit(f"{world} ranks cannot form {a.pp} pipeline stages")
+    dp = world // a.pp
+    stage, dp_rank = rank // dp, rank % dp
     if a.start_delay > 0:
         time.sleep(a.start_delay)
-    bg = Background(comm.Dup())
+    # The DP group: every rank without pipeline parallelism, else the ranks of this stage.
+    dp_comm = comm if a.pp == 1 else comm.Split(stage, rank)
+    bg = Background(dp_comm.Dup())
 
-    # Gradient buckets: equal float32 buffers, each a multiple of the world size (reduce-scatter shards).
-    per_bucket = int(a.grad_mb * 1e6 / 4 / a.buckets) // world * world
+    # Gradient buckets: equal float32 buffers, each a multiple of the DP degree (reduce-scatter shards).
+    per_bucket = int(a.grad_mb * 1e6 / 4 / a.buckets) // dp * dp
     params = [np.full(per_bucket, 0.01 * (rank + 1), dtype=np.float32) for _ in range(a.buckets)]
     grads = [np.empty(per_bucket, dtype=np.float32) for _ in range(a.buckets)]
-    shard = per_bucket // world
+    shard = per_bucket // dp
     layers_per_bucket = max(1, a.layers // a.buckets)
 
     os.makedirs(a.truth, exist_ok=True)
     log = open(os.path.join(a.truth, f"rank{rank}.jsonl"), "w", buffering=1)
-    layout = {"job": a.job, "rank": rank, "node": nodes[rank], "stage": 0, "dp_rank": rank, "tp_rank": 0,
-              "dp_group": 0, "pid": os.getpid()}
-    log.write(json.dumps({"type": "meta", **layout, "stack": "openmpi", "pattern": a.pattern, "dp": world, "pp": 1,
-                          "tp": 1, "world": world, "iters": a.iters, "fwd_ms": a.fwd_ms, "layers": a.layers,
+    layout = {"job": a.job, "rank": rank, "node": nodes[rank], "stage": stage, "dp_rank": dp_rank, "tp_rank": 0,
+              "dp_group": stage, "pid": os.getpid()}
+    log.write(json.dumps({"type": "meta", **layout, "stack": "openmpi", "pattern": a.pattern, "dp": dp,
+                          "pp": a.pp, "schedule": a.schedule, "micro_batches": a.micro_batches, "tp": 1, "world": world, "iters": a.iters, "fwd_ms": a.fwd_ms, "layers": a.layers,
                           "buckets": a.buckets, "grad_mb": a.grad_mb, "host": socket.gethostname(),
                           "mpi": MPI.Get_library_version().splitlines()[0],
                           "straggler_factor": a.straggler_factor if rank == a.straggler_rank else 1.0,
@@ -174,29 +230,44 @@ def main():
                                   "sync_end": t_sync, "step_end": time.time(), "straggling": slow(i) > 1.0,
                                   "overruns": 0, "paused": i == a.pause_at}) + "\n")
             continue
-        compute(a.fwd_ms, i)  # forward pass
         pending = []
-        bwd_layer_ms = 2 * a.fwd_ms / (layers_per_bucket * a.buckets)
-        for b in reversed(range(a.buckets)):  # backward: the last layers' gradients are ready first
-            compute(bwd_layer_ms * layers_per_bucket, i)
+
+        def bucket_ready(b):
             grads[b][:] = params[b] * 0.5 + i
+            if dp == 1:
+                return
             if a.pattern == "allreduce":
                 out = np.empty_like(grads[b])
-                pending.append((b, out, bg.submit(lambda c, g=grads[b], o=out: c.Allreduce(g, o))))
+                fn = lambda c, g=grads[b], o=out: c.Allreduce(g, o)  # noqa: E731
             else:
                 out = np.empty(shard, dtype=np.float32)
-                pending.append((b, out, bg.submit(lambda c, g=grads[b], o=out: c.Reduce_scatter_block(g, o))))
+                fn = lambda c, g=grads[b], o=out: c.Reduce_scatter_block(g, o)  # noqa: E731
+            pending.append((b, out, fn if a.inline_sync else bg.submit(fn)))
+
+        if a.pp == 1:
+            compute(a.fwd_ms, i)  # forward pass
+            bwd_layer_ms = 2 * a.fwd_ms / (layers_per_bucket * a.buckets)
+            for b in reversed(range(a.buckets)):  # backward: the last layers' gradients are ready first
+                compute(bwd_layer_ms * layers_per_bucket, i)
+                bucket_ready(b)
+        else:  # the stage's gradients are complete once the pipeline drained
+            pipeline_step(a, comm, dp, stage, compute, i)
+            for b in reversed(range(a.buckets)):
+                bucket_ready(b)
         t_compute = time.time()
         for b, out, done in pending:
-            done.wait()
+            if a.inline_sync:  # the collective itself, after the compute
+                done(bg.comm)
+            else:
+                done.wait()
         if a.pattern == "allreduce":
             for b, out, _ in pending:
-                params[b] -= 1e-3 * out / world
+                params[b] -= 1e-3 * out / dp
         else:
             # Each rank updates its own shard, then the updated shards are all-gathered, bucket by bucket.
             for b, out, _ in pending:
-                mine = params[b][rank * shard:(rank + 1) * shard] - 1e-3 * out / world
-                comm.Allgather(np.ascontiguousarray(mine), params[b])
+                mine = params[b][dp_rank * shard:(dp_rank + 1) * shard] - 1e-3 * out / dp
+                dp_comm.Allgather(np.ascontiguousarray(mine), params[b])
         t_sync = time.time()
         t_step = time.time()
         log.write(json.dumps({"type": "iter", **layout, "iter": i, "start": t_start, "compute_end": t_compute,

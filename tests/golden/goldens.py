@@ -28,6 +28,9 @@ def cases():
         flows = os.path.join(samples, d, "flows.csv.gz")
         if os.path.exists(flows):
             out.append(("sample_" + d, flows, "csv", os.path.join(samples, d, "topology.txt")))
+        rec = os.path.join(samples, d, "recording.db")  # a live run's agents' records (the soft-RoCE run)
+        if os.path.exists(rec):
+            out.append(("sample_" + d, rec, "native", None))
     data = os.path.join(ROOT, "tests", "data")
     for d in sorted(os.listdir(data)) if os.path.isdir(data) else []:
         flows = os.path.join(data, d, "flows.csv")
