@@ -7,10 +7,10 @@
   (source, destination) address pair (fib_multipath_hash_policy 0, the default: L3), so all traffic of a node
   pair takes one spine, fixed for the run, but which one depends on a per-boot random hash seed.
 
-The testbed records the path every node pair takes by asking each leaf's own FIB (`ip route get DST from SRC
-iif PORT` runs the same multipath selection as a forwarded packet), and writes it into the topology file as
-`path` lines, beside the switch and link lines (docs/formats.md). That is the switches' telemetry an
-operator has (the FIB, or a traceroute); without it the spine a pair took is unknown from host data.
+The testbed measures the path every node pair takes on the switches (pings and the leaf's uplink packet
+counters, see spine_of), and writes it into the topology file as `path` lines, beside the switch and link
+lines (docs/formats.md): per-switch telemetry an operator has in some form (port counters, sampled flows at
+the switch, a traceroute); without it the spine a pair took is unknown from host data.
 
 Names (IFNAMSIZ 15): switch namespaces <id>l<i> (leaf i), <id>s<j> (spine j); node k's veth <id>v<k> inside
 its namespace, <id>h<k> inside its leaf; leaf-spine veth <id>u<i>s<j> (leaf side), <id>d<j>l<i> (spine side).
@@ -31,6 +31,7 @@ class FabricCluster(cl.Cluster):
     def __init__(self, run_id, n_nodes, octet, leaves=2, spines=2, infra=0):
         super().__init__(run_id, n_nodes, octet)
         self.leaves, self.spines, self.infra = leaves, spines, infra
+        self._paths = {}  # (a, b) -> spine index, measured once (spine_of)
         self.extra["fabric"] = {"leaves": leaves, "spines": spines, "infra": infra,
                                 "switch_ns": [self.leaf_ns(i) for i in range(leaves)] +
                                 [self.spine_ns(j) for j in range(spines)]}
@@ -183,14 +184,24 @@ class FabricCluster(cl.Cluster):
 
     # --- what the switches know --------------------------------------------------------------------------
     def spine_of(self, a, b):
-        """The spine the leaf of node a picks for traffic from a to b (its FIB's multipath choice)."""
-        li = self.leaf_of(a)
-        out = sh("ip", "-o", "route", "get", self.ip(b), "from", self.ip(a), "iif", self.host_veth(a),
-                 ns=self.leaf_ns(li), capture=True)
-        for j in range(self.spines):
-            if f" dev {self.up(li, j)} " in out + " ":
-                return j
-        raise RuntimeError(f"fabric: no uplink in the route of n{a} -> n{b}: {out.strip()}")
+        """The spine traffic from node a to node b crosses, measured on the switch: 20 pings a -> b, and the
+        uplink of a's leaf whose packet counter rose by as many. Asking the leaf's FIB (`ip route get DST from
+        SRC iif PORT`, which runs the multipath selection on a synthetic packet) disagreed with the traffic
+        the uplinks' counters then carried (kernel 6.x here: 2 of 8 ring pairs), so the paths are measured
+        with real packets of the same address pair (policy 0 hashes addresses only: an echo request takes the
+        path of the pair's TCP traffic). Before any job runs, so nothing else moves the counters."""
+        if (a, b) in self._paths:
+            return self._paths[(a, b)]
+        li, n = self.leaf_of(a), 20
+        files = [f"/sys/class/net/{self.up(li, j)}/statistics/tx_packets" for j in range(self.spines)]
+        before = [int(x) for x in sh("cat", *files, ns=self.leaf_ns(li), capture=True).split()]
+        sh("ping", "-c", str(n), "-i", "0.002", "-q", "-W", "1", self.ip(b), ns=self.ns(a))
+        after = [int(x) for x in sh("cat", *files, ns=self.leaf_ns(li), capture=True).split()]
+        rose = [j for j in range(self.spines) if after[j] - before[j] >= n]
+        if len(rose) != 1:
+            raise RuntimeError(f"fabric: n{a} -> n{b}: {n} pings moved uplinks {rose} of leaf{li}")
+        self._paths[(a, b)] = rose[0]
+        return rose[0]
 
     def topology(self):
         lines = [f"{self.ip(k)} {self.node(k)}" for k in range(self.n)]
