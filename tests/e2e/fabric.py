@@ -155,25 +155,40 @@ class FabricCluster(cl.Cluster):
             for j in range(self.spines):
                 self.shape_uplink(i, j, rate)
 
-    def choose_spine(self, leaf, jobs):
-        """spine=auto: the spine whose link with `leaf` carries traffic of the most jobs (then the most node
-        pairs), counting each job's neighbouring nodes (DP ring and pipeline neighbours) both ways."""
-        best = None
-        for j in range(self.spines):
-            users, pairs = set(), 0
-            for job in jobs:
-                ks = [int(n[1:]) for n in job["nodes"]]
-                for a, b in zip(ks, ks[1:] + ks[:1]):
-                    for x, y in ((a, b), (b, a)):
-                        if x == y or self.leaf_of(x) == self.leaf_of(y) or leaf not in (self.leaf_of(x),
-                                                                                       self.leaf_of(y)):
-                            continue
-                        if self.spine_of(x, y) == j:
-                            users.add(job["name"])
-                            pairs += 1
-            if best is None or (len(users), pairs) > best[0]:
-                best = ((len(users), pairs), j)
-        return f"spine{best[1]}"
+    def usage(self, jobs):
+        """Per (leaf, spine) link: the jobs and the number of node pairs whose traffic crosses it, counting
+        each job's neighbouring nodes (DP ring and pipeline neighbours) both ways."""
+        use = {(i, j): [set(), 0] for i in range(self.leaves) for j in range(self.spines)}
+        for job in jobs:
+            ks = [int(n[1:]) for n in job["nodes"]]
+            for a, b in zip(ks, ks[1:] + ks[:1]):
+                for x, y in {(a, b), (b, a)}:
+                    if x != y and self.leaf_of(x) != self.leaf_of(y):
+                        j = self.spine_of(x, y)
+                        for i in (self.leaf_of(x), self.leaf_of(y)):
+                            use[(i, j)][0].add(job["name"])
+                            use[(i, j)][1] += 1
+        return use
+
+    def choose(self, f, jobs):
+        """leaf=auto / spine=auto: a link or leaf that the data can single out. fabriclink: a link that the
+        most jobs cross, on a leaf whose other uplinks carry traffic too (else one link and the whole leaf
+        look alike); leafuplinks: a leaf whose traffic crosses every spine, of the most jobs."""
+        use = self.usage(jobs)
+        leaves = range(self.leaves) if f["leaf"] == "auto" else [int(f["leaf"][4:])]
+        spines = range(self.spines) if f.get("spine", "auto") == "auto" else [int(f["spine"][5:])]
+
+        def score(i, j):
+            all_used = sum(1 for s in range(self.spines) if use[(i, s)][1] > 0)
+            users = set().union(*(use[(i, s)][0] for s in range(self.spines)))
+            if f["kind"] == "fabriclink":
+                return (len(use[(i, j)][0]), all_used, use[(i, j)][1])
+            return (all_used, len(users), sum(use[(i, s)][1] for s in range(self.spines)))
+        best = max(((i, j) for i in leaves for j in spines), key=lambda ij: score(*ij))
+        f["leaf"] = f"leaf{best[0]}"
+        if f["kind"] == "fabriclink":
+            f["spine"] = f"spine{best[1]}"
+        f["crossing"] = {f"leaf{i}<->spine{j}": sorted(use[(i, j)][0]) for (i, j) in use}
 
     def apply_fault(self, f):
         i = int(f["leaf"].removeprefix("leaf"))
@@ -234,10 +249,9 @@ def parse_fault(kind, kv, f):
     extra = set(kv) - FAULT_KEYS[kind]
     if extra:
         raise ValueError(f"fault {kind}: unknown keys {sorted(extra)}")
-    if kv.get("leaf") == "auto":
-        raise ValueError(f"fault {kind}: leaf must be named")
     if "leaf" not in kv or (kind == "fabriclink" and "spine" not in kv):
-        raise ValueError(f"fault {kind}: needs leaf=leafI" + (" and spine=spineJ" if kind == "fabriclink" else ""))
+        raise ValueError(f"fault {kind}: needs leaf=leafI" + (" and spine=spineJ" if kind == "fabriclink" else "")
+                         + " (or auto)")
     for key in ("leaf", "spine"):
         if key in kv:
             if not (kv[key].startswith(key) and kv[key][len(key):].isdigit()) and kv[key] != "auto":

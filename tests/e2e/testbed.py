@@ -19,6 +19,7 @@ Faults (--fault, repeatable; job=J picks the job, default job0):
   cpuload:workers=3                       3 CPU burners (`yes`) on the host for the whole run (benign)
   fabriclink:leaf=leaf1,spine=spine0,rate=200mbit,from=6   (--fabric) tc tbf on one leaf-spine link, both ends
   leafuplinks:leaf=leaf1,rate=200mbit,from=6               (--fabric) the same on every uplink of one leaf
+                                          leaf=auto / spine=auto: one the jobs' traffic crosses (fabric.choose)
 --fabric 4 builds a leaf-spine fabric (tests/e2e/fabric.py: 4 leaves, 2 spines, ECMP) instead of the bridge;
 node k hangs under leaf k % 4; topology.txt gets switch, link and path lines (docs/formats.md).
 --link-rate 400mbit shapes every node's link (tc tbf) like a NIC's line rate, so that a slowlink fault at half
@@ -182,10 +183,11 @@ def cmd_run(a):
         with open(os.path.join(out, "topology.txt"), "w") as f:
             f.write(c.topology())
         # Line rate and slow links "from the start" go in before any traffic; CPU burners start with the run.
-        for f in faults:  # spine=auto: a link that every job's traffic crosses (see fabric.choose_spine)
-            if f.get("spine") == "auto":
-                f["spine"] = c.choose_spine(int(f["leaf"][4:]), jobs)
-                print(f"testbed: fabriclink on leaf{f['leaf'][4:]}<->{f['spine']}", flush=True)
+        for f in faults:  # leaf=auto, spine=auto: a link or leaf the jobs' traffic crosses (fabric.choose)
+            if f["kind"] in fabric.FAULT_KEYS:
+                c.choose(f, jobs)
+                print(f"testbed: {f['kind']} on {f['leaf']}" + (f"<->{f['spine']}" if "spine" in f else ""),
+                      flush=True)
         if a.link_rate and a.fabric:
             c.shape_all(a.link_rate)
         for k in range(c.n) if a.link_rate and not a.fabric else ():
