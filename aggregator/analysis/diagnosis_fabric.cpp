@@ -189,7 +189,7 @@ std::string describe(const std::vector<Dir>& slow, const std::vector<size_t>& co
   size_t last_job = SIZE_MAX;
   for (size_t k : cover) {
     const Dir& d = slow[k];
-    if (d.job != last_job) s += std::string(s.empty() ? "" : "; ") + "job " + jobs[d.job].job_id + ":";
+    if (d.job != last_job) s += std::string(s.empty() ? " " : "; ") + "job " + jobs[d.job].job_id + ":";
     last_job = d.job;
     s += " " + d.st->src + "->" + d.st->dst + " " + diagnosis_steps::fmt("%.2fx", d.st->ratio) +
          " from iteration " + std::to_string(d.st->onset);
@@ -270,7 +270,8 @@ std::vector<std::vector<Finding>> fabric_findings(const Fabric& f, const std::ve
         (c.elements.size() > 1 ? " (one of these: the data cannot tell them apart)" : "") + " (" +
         (known ? "paths from the topology file's path lines" : "some paths unknown: every ECMP route") +
         "), rate vs each job's comparable links:" + describe(slow, c.cover, jobs) +
-        ". Healthy directions through the neighbouring links (not the fault): " +
+        ". Healthy directions certainly crossing the neighbouring links, which clears them (a host link is "
+        "its node's NIC): " +
         cleared(g, c, slow, healthy_on) + ".";
     for (size_t j : in_jobs) {
       Finding fd;

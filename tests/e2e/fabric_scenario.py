@@ -30,6 +30,11 @@ BASE = ["--dp", "4", "--pp", "1", "--iters", "16", "--also", "dp=4,pp=1", "--fab
 SCENARIOS = {
     "fabric_link": BASE + ["--fault", "fabriclink:leaf=auto,spine=auto,rate=200mbit,from=6"],
     "fabric_leaf": BASE + ["--fault", "leafuplinks:leaf=auto,rate=200mbit,from=6"],
+    # The same fabric with a host fault instead: a 2x slow NIC (n1's link to its leaf) and a straggler's
+    # compute. Neither is the fabric's: no `fabric` finding; the NIC is the job's slow_link, the straggler
+    # the job's straggler.
+    "fabric_nic": BASE + ["--fault", "slowlink:node=n1,rate=200mbit,from=6"],
+    "fabric_straggler": BASE + ["--fault", "straggler:node=n1,factor=1.4,from=6"],
 }
 # The slow-link step needs 4 consecutive slow iterations (diagnosis_link.cpp, kLinkPersist): a finding whose
 # first iteration is the fault's is known after its 4th.
@@ -48,12 +53,32 @@ def iteration_at(job, t_ns):
     return None
 
 
+def score_host(run, fault, doc):
+    """A host fault on the fabric: no fabric finding anywhere; the faulty node named in its own job."""
+    kind = "slow_link" if fault["kind"] == "slowlink" else "straggler"
+    res = {"fault": f"{fault['kind']} {fault['node']}", "jobs": [], "why": []}
+    for j in doc["jobs"]:
+        fab = [f["subject"] for f in j["findings"] if f["kind"] == "fabric"]
+        mine = fault["node"] in j["nodes"]
+        named = [f["subject"] for f in j["findings"] if f["kind"] == kind and fault["node"] in f["subject"].replace(
+            "<->", " ").replace("->", " ").split()]
+        res["jobs"].append({"nodes": j["nodes"], "fabric": fab, kind: named})
+        if fab:
+            res["why"].append(f"{j['nodes']}: fabric findings {fab} for a host fault")
+        if mine and not named:
+            res["why"].append(f"{j['nodes']}: no {kind} naming {fault['node']}")
+    res["ok"] = not res["why"]
+    return res
+
+
 def score(run_dir, doc):
     with open(os.path.join(run_dir, "run.json")) as fh:
         run = json.load(fh)
-    fault = next(f for f in run["faults"] if f["kind"] in ("fabriclink", "leafuplinks"))
+    fault = next(f for f in run["faults"] if f["kind"] in ("fabriclink", "leafuplinks", "slowlink", "straggler"))
+    if fault["kind"] in ("slowlink", "straggler"):
+        return score_host(run, fault, doc)
     want = expected_subject(fault)
-    res = {"subject": want, "jobs": [], "ok": True, "why": []}
+    res = {"fault": fault["kind"], "subject": want, "jobs": [], "why": []}
     truth_sets = [sorted(j["nodes"]) for j in run["jobs"]]
     found_sets = [sorted(j["nodes"]) for j in doc["jobs"]]
     if sorted(truth_sets) != sorted(found_sets):
