@@ -184,7 +184,9 @@ class FabricCluster(cl.Cluster):
             if f["kind"] == "fabriclink":
                 return (len(use[(i, j)][0]), all_used, use[(i, j)][1])
             return (all_used, len(users), sum(use[(i, s)][1] for s in range(self.spines)))
-        best = max(((i, j) for i in leaves for j in spines), key=lambda ij: score(*ij))
+        cands = [(i, j) for i in leaves for j in spines]
+        random.shuffle(cands)  # ties: any of them, so that runs cover different leaves and spines
+        best = max(cands, key=lambda ij: score(*ij))
         f["leaf"] = f"leaf{best[0]}"
         if f["kind"] == "fabriclink":
             f["spine"] = f"spine{best[1]}"
