@@ -104,13 +104,15 @@ int serve(const daemon::Settings& s, const sigset_t& sigs) {
   boot_store(s, reg, own);
   // The topology file names addresses no agent reports (switch exporters' flows); it overrides HELLOs.
   std::map<std::string, std::string> topology;
-  if (std::string err; !s.topology.empty() && !analysis::load_topology(s.topology, topology, err))
+  analysis::Fabric fabric;
+  if (std::string err; !s.topology.empty() && !analysis::load_topology(s.topology, topology, &fabric, err))
     return cli::fail("netprism-aggregator", err);
   daemon::LiveAnalysis live(s, own, [&reg, &topology] {
     auto m = reg.addr_nodes();
     for (const auto& [a, n] : topology) m[a] = n;
     return m;
   });
+  live.set_fabric(std::move(fabric));
   daemon::Auth auth(ctx, s);  // before the sockets it secures, and destroyed after them
   daemon::Ingest ingest(ctx, s, reg, live, &auth);
   // After the ingest: it connects to the ingest's endpoint, bound by now.

@@ -275,12 +275,15 @@ std::vector<DirectionState> direction_states(const Normalized& n, const JobSlice
   using namespace diagnosis_steps;
   std::vector<DirectionState> out;
   for (const Direction& d : measured_directions(job, s, t, iters)) {
-    DirectionState st{n.nodes[d.src], n.nodes[d.dst]};
+    DirectionState st;
+    st.src = n.nodes[d.src];
+    st.dst = n.nodes[d.dst];
     Run r = degraded_run(d, iters);
     std::vector<double> ratios;
     for (size_t i = kWarmup; i < iters; ++i)
       if (d.rate[i] > 0 && d.ref[i] > 0) {
         ++st.measured;
+        st.measured_at.push_back(t.boundaries[i]);
         if (r.onset < 0 || i >= static_cast<size_t>(r.onset)) ratios.push_back(d.rate[i] / d.ref[i]);
       }
     st.onset = r.onset;

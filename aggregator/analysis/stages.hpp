@@ -207,7 +207,8 @@ struct DirectionState {
   int onset = -1;
   size_t measured = 0;  // iterations from the warm-up on with a rate and a reference
   double ratio = 1;
-  uint64_t start_ns = 0;  // the onset iteration's start
+  uint64_t start_ns = 0;              // the onset iteration's start
+  std::vector<uint64_t> measured_at;  // start times of the measured iterations
 };
 struct JobDirections {
   std::string job_id;

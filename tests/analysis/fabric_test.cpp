@@ -45,7 +45,9 @@ std::vector<JobDirections> rings(bool (*slow)(int, int)) {
   for (int j = 0; j < 2; ++j)
     for (int r = 0; r < 4; ++r) {
       int a = 4 * j + r, b = 4 * j + (r + 3) % 4;
-      DirectionState d{named("n", a), named("n", b)};
+      DirectionState d;
+      d.src = named("n", a);
+      d.dst = named("n", b);
       d.measured = 12;
       if (slow(a, b)) d.onset = 6, d.ratio = 0.5, d.start_ns = 1000;
       jobs[static_cast<size_t>(j)].dirs.push_back(d);
