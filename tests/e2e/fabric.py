@@ -156,9 +156,9 @@ class FabricCluster(cl.Cluster):
                 self.shape_uplink(i, j, rate)
 
     def usage(self, jobs):
-        """Per (leaf, spine) link: the jobs and the number of node pairs whose traffic crosses it, counting
-        each job's neighbouring nodes (DP ring and pipeline neighbours) both ways."""
-        use = {(i, j): [set(), 0] for i in range(self.leaves) for j in range(self.spines)}
+        """Per (leaf, spine) link: the (job, src, dst) pairs whose traffic crosses it, counting each job's
+        neighbouring nodes (DP ring and pipeline neighbours) both ways."""
+        use = {(i, j): set() for i in range(self.leaves) for j in range(self.spines)}
         for job in jobs:
             ks = [int(n[1:]) for n in job["nodes"]]
             for a, b in zip(ks, ks[1:] + ks[:1]):
@@ -166,31 +166,33 @@ class FabricCluster(cl.Cluster):
                     if x != y and self.leaf_of(x) != self.leaf_of(y):
                         j = self.spine_of(x, y)
                         for i in (self.leaf_of(x), self.leaf_of(y)):
-                            use[(i, j)][0].add(job["name"])
-                            use[(i, j)][1] += 1
+                            use[(i, j)].add((job["name"], x, y))
         return use
 
     def choose(self, f, jobs):
-        """leaf=auto / spine=auto: a link or leaf that the data can single out. fabriclink: a link that the
-        most jobs cross, on a leaf whose other uplinks carry traffic too (else one link and the whole leaf
-        look alike); leafuplinks: a leaf whose traffic crosses every spine, of the most jobs."""
+        """leaf=auto / spine=auto: a link or leaf that the jobs' traffic can single out. fabriclink: a link no
+        other link carries exactly the same pairs as (such twins, e.g. both links of the one route two
+        leaves' pairs take, no traffic data tells apart: the analysis names them together), crossed by the
+        most jobs, on a leaf whose other uplinks carry traffic too (else the link and the whole leaf look
+        alike); leafuplinks: a leaf whose traffic crosses every spine, of the most jobs."""
         use = self.usage(jobs)
         leaves = range(self.leaves) if f["leaf"] == "auto" else [int(f["leaf"][4:])]
         spines = range(self.spines) if f.get("spine", "auto") == "auto" else [int(f["spine"][5:])]
 
         def score(i, j):
-            all_used = sum(1 for s in range(self.spines) if use[(i, s)][1] > 0)
-            users = set().union(*(use[(i, s)][0] for s in range(self.spines)))
+            all_used = sum(1 for s in range(self.spines) if use[(i, s)])
+            users = {p[0] for s in range(self.spines) for p in use[(i, s)]}
             if f["kind"] == "fabriclink":
-                return (len(use[(i, j)][0]), all_used, use[(i, j)][1])
-            return (all_used, len(users), sum(use[(i, s)][1] for s in range(self.spines)))
+                unique = all(use[k] != use[(i, j)] for k in use if k != (i, j))
+                return (unique, len({p[0] for p in use[(i, j)]}), all_used, len(use[(i, j)]))
+            return (all_used, len(users), sum(len(use[(i, s)]) for s in range(self.spines)))
         cands = [(i, j) for i in leaves for j in spines]
         random.shuffle(cands)  # ties: any of them, so that runs cover different leaves and spines
         best = max(cands, key=lambda ij: score(*ij))
         f["leaf"] = f"leaf{best[0]}"
         if f["kind"] == "fabriclink":
             f["spine"] = f"spine{best[1]}"
-        f["crossing"] = {f"leaf{i}<->spine{j}": sorted(use[(i, j)][0]) for (i, j) in use}
+        f["crossing"] = {f"leaf{i}<->spine{j}": sorted({p[0] for p in use[(i, j)]}) for (i, j) in use}
 
     def apply_fault(self, f):
         i = int(f["leaf"].removeprefix("leaf"))
