@@ -139,3 +139,34 @@ TEST(Fabric, SlowHostNicIsNotAFabricFault) {
   auto bare = fabric_findings(Fabric{}, rings([](int, int) { return true; }));
   for (const auto& f : bare) EXPECT_TRUE(f.empty());
 }
+
+// The recorded fabric runs (tests/e2e/samples/fabric_*) with their topology file's path lines dropped: ECMP's
+// choice unknown, the one slow uplink is named with its twin (the leaf's other uplink); the slow leaf still
+// by name, since the leaf's traffic crossed both spines and all of it ran slow.
+TEST(Fabric, RecordedRunsWithoutPathLines) {
+  for (auto [sample, want] :
+       {std::pair<std::string, std::string>{"fabric_link", "leaf1<->spine0|leaf1<->spine1"},
+        {"fabric_leaf", "leaf0"}}) {
+    std::string dir = std::string(NP_SAMPLES_DIR) + "/" + sample;
+    std::string topo = testing::TempDir() + "/" + sample + "_nopath.txt";
+    {
+      std::ifstream in(dir + "/topology.txt");
+      std::ofstream out(topo);
+      for (std::string line; std::getline(in, line);)
+        if (line.rfind("path ", 0) != 0) out << line << "\n";
+    }
+    std::string err;
+    auto in = load_csv(dir + "/flows.csv.gz", topo, err);
+    ASSERT_TRUE(in) << err;
+    EXPECT_TRUE(in->fabric.paths.empty());
+    auto r = analyze(*in);
+    ASSERT_EQ(r.jobs.size(), 2u);
+    for (const auto& j : r.jobs) {
+      std::vector<std::string> fabric;
+      for (const auto& f : j.findings)
+        if (f.kind == "fabric") fabric.push_back(f.subject);
+      EXPECT_EQ(fabric, std::vector<std::string>{want}) << sample;
+    }
+    std::remove(topo.c_str());
+  }
+}
