@@ -106,7 +106,8 @@ int serve(const daemon::Settings& s, const sigset_t& sigs) {
   boot_store(s, reg, own);
   // The topology file names addresses no agent reports (switch exporters' flows); it overrides HELLOs.
   std::map<std::string, std::string> topology;
-  if (std::string err; !s.topology.empty() && !analysis::load_topology(s.topology, topology, err))
+  analysis::Fabric fabric;
+  if (std::string err; !s.topology.empty() && !analysis::load_topology(s.topology, topology, &fabric, err))
     return cli::fail("netprism-aggregator", err);
   // The analysis role (--analyze-from-clickhouse) ingests nothing: its names come from ClickHouse.
   const bool analyzer = !s.clickhouse_analyze_from.empty();
@@ -116,6 +117,7 @@ int serve(const daemon::Settings& s, const sigset_t& sigs) {
     for (const auto& [a, n] : topology) m[a] = n;
     return m;
   });
+  live.set_fabric(std::move(fabric));
   daemon::Auth auth(ctx, s);  // before the sockets it secures, and destroyed after them
   std::unique_ptr<daemon::Ingest> ingest;
   if (!analyzer) ingest = std::make_unique<daemon::Ingest>(ctx, s, reg, live, &auth);

@@ -70,6 +70,7 @@ std::vector<Iteration> iterations_of(const Normalized& n, const JobSlice& slice,
 Result analyze(const Input& in) {
   Result r;
   Normalized n = normalize(in);
+  std::vector<JobDirections> crossing;  // with a fabric: each job's directions, aligned with r.jobs
   for (const JobSlice& slice : group_jobs(n)) {
     Job j;
     for (uint32_t v : slice.nodes) j.nodes.push_back(n.nodes[v]);
@@ -84,8 +85,13 @@ Result analyze(const Input& in) {
     j.step_time_ms = t.step_ns / 1e6;
     j.state = job_state(n, slice, t.step_ns, j.iterations.size());
     j.findings = diagnose(n, slice, s, t, j.iterations, j.state, n.now_ns, j.id);
+    if (!in.fabric.empty()) crossing.push_back({j.id, direction_states(n, slice, s, t, j.iterations.size())});
     r.jobs.push_back(std::move(j));
   }
+  // Across jobs: the fabric's links and switches that every job crossing them finds slow.
+  auto fabric = fabric_findings(in.fabric, crossing);
+  for (size_t k = 0; k < fabric.size(); ++k)
+    for (Finding& f : fabric[k]) r.jobs[k].findings.push_back(std::move(f));
   return r;
 }
 

@@ -45,9 +45,20 @@ inline bool is_v6(std::string_view addr) {
   return addr.find(':') != std::string_view::npos;
 }
 
+// The fabric the topology file's switch lines describe (docs/formats.md): switches, the links between nodes
+// and switches, and the path a node pair's traffic takes where the file knows it. Empty without such lines.
+struct Fabric {
+  std::map<std::string, std::string> switches;             // switch name -> role (leaf, spine, ...)
+  std::vector<std::pair<std::string, std::string>> links;  // undirected, node or switch names
+  // (source node, destination node) -> the switches its traffic crosses, in order (ECMP's choice).
+  std::map<std::pair<std::string, std::string>, std::vector<std::string>> paths;
+  bool empty() const { return switches.empty(); }
+};
+
 struct Input {
   std::vector<FlowEvent> events;
   std::map<std::string, std::string> addr_node;  // address -> node name (agent HELLOs or a topology file)
+  Fabric fabric;                                 // the topology file's switch lines (fabric diagnosis)
   uint64_t now_ns = 0;  // "now" for live state (hung/idle); offline: the last event's time
   // A recording (CSV import, stored file) rather than a live feed: how long the capture went on after its
   // last packet is unknown, so a job whose traffic stops without tearing its connections down is taken
@@ -75,7 +86,7 @@ struct Iteration {
 };
 
 struct Finding {
-  std::string kind;  // straggler | slow_link | slow_iteration | hang
+  std::string kind;  // straggler | slow_link | slow_iteration | hang | fabric
   std::string subject;
   int first_iteration = 0;
   uint64_t start_ns = 0;

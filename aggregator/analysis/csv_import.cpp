@@ -128,7 +128,8 @@ std::string canonical(std::string_view text) {
 std::optional<Input> load_csv(const std::string& path, const std::string& topology_path, std::string& err) {
   Input in;
   in.offline = true;
-  if (!topology_path.empty() && !load_topology(topology_path, in.addr_node, err)) return std::nullopt;
+  if (!topology_path.empty() && !load_topology(topology_path, in.addr_node, &in.fabric, err))
+    return std::nullopt;
 
   LineReader f;
   if (!f.open(path)) {

@@ -245,19 +245,53 @@ Finding link_finding(const Normalized& n, const Direction& d, const Run& r, cons
   return f;
 }
 
+// Every rated direction with its rates, references and threshold; iters clamped to the timeline.
+std::vector<Direction> measured_directions(const JobSlice& job, const Structure& s, const Timeline& t,
+                                           size_t& iters) {
+  iters = std::min(iters, t.boundaries.size() > 0 ? t.boundaries.size() - 1 : 0);
+  if (iters <= kWarmup) return {};
+  std::vector<Direction> dirs = directions(rated_transfers(job), s, t, iters);
+  reference_rates(dirs, iters);
+  thresholds(dirs, iters);
+  return dirs;
+}
+
 }  // namespace
 
 void slow_link_findings(const Normalized& n, const JobSlice& job, const Structure& s, const Timeline& t,
                         size_t iters, std::vector<Finding>& out) {
-  iters = std::min(iters, t.boundaries.size() > 0 ? t.boundaries.size() - 1 : 0);
-  if (iters <= kWarmup) return;
-  std::vector<Direction> dirs = directions(rated_transfers(job), s, t, iters);
-  reference_rates(dirs, iters);
-  thresholds(dirs, iters);
-  for (const Direction& d : dirs) {
+  for (const Direction& d : measured_directions(job, s, t, iters)) {
     Run r = degraded_run(d, iters);
     if (r.onset >= 0) out.push_back(link_finding(n, d, r, t, iters));
   }
 }
 
 }  // namespace netprism::analysis::diagnosis_steps
+
+namespace netprism::analysis {
+
+std::vector<DirectionState> direction_states(const Normalized& n, const JobSlice& job, const Structure& s,
+                                             const Timeline& t, size_t iters) {
+  using namespace diagnosis_steps;
+  std::vector<DirectionState> out;
+  for (const Direction& d : measured_directions(job, s, t, iters)) {
+    DirectionState st;
+    st.src = n.nodes[d.src];
+    st.dst = n.nodes[d.dst];
+    Run r = degraded_run(d, iters);
+    std::vector<double> ratios;
+    for (size_t i = kWarmup; i < iters; ++i)
+      if (d.rate[i] > 0 && d.ref[i] > 0) {
+        ++st.measured;
+        st.measured_at.push_back(t.boundaries[i]);
+        if (r.onset < 0 || i >= static_cast<size_t>(r.onset)) ratios.push_back(d.rate[i] / d.ref[i]);
+      }
+    st.onset = r.onset;
+    st.ratio = ratios.empty() ? 1.0 : median(ratios);
+    st.start_ns = r.onset >= 0 ? t.boundaries[static_cast<size_t>(r.onset)] : 0;
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+}  // namespace netprism::analysis

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -78,6 +79,9 @@ class StreamingAnalysis {
   // A recording rather than a live feed (Input::offline): `netprism analyze` streaming a data dir sets it
   // before its last pass, so states are judged as analyze() judges them.
   void set_offline(bool offline) { offline_ = offline; }
+  // The topology file's fabric (switch, link and path lines): with one, every pass adds the `fabric`
+  // findings over all jobs' directions (diagnosis_fabric.cpp), as analyze() does.
+  void set_fabric(Fabric f) { fabric_ = std::move(f); }
   const Stats& stats() const { return stats_; }
 
   // A job's tail covers at least this many iterations: the timeline's robust statistics (medians, the
@@ -169,6 +173,9 @@ class StreamingAnalysis {
     std::vector<uint64_t> settled_durations;
     size_t settled_n = 0;
     size_t phases_from = 0;  // iterations below this index keep no phases (bound_phases)
+    // With a fabric: per direction (src, dst node), the start times of iterations in which its rate was
+    // measured, up to kFabricMeasured (enough to call it healthy; incremental_fabric.cpp).
+    std::map<std::pair<std::string, std::string>, std::set<uint64_t>> measured;
   };
 
   uint32_t node_of_addr(uint32_t addr);
@@ -206,9 +213,14 @@ class StreamingAnalysis {
   static void move_tail(History& h, const JobSlice& sl, const Timeline& t);
   static void move_periodic_tail(History& h, const JobSlice& sl, const Timeline& t);
   static void move_aperiodic_tail(History& h, const JobSlice& sl);
+  // Fabric (incremental_fabric.cpp): a tail's measured directions into the history; the fabric findings of
+  // the pass over every job (hs aligned with r.jobs).
+  static void note_directions(History& h, const std::vector<DirectionState>& dirs);
+  void add_fabric_findings(Result& r, const std::vector<const History*>& hs) const;
 
   Limits lim_;
   bool offline_ = false;
+  Fabric fabric_;
   Stats stats_;
   uint64_t generation_ = 0;
   std::unordered_map<std::string, uint32_t> str_idx_;

@@ -80,6 +80,11 @@ Result StreamingAnalysis::pass(uint64_t now_ns) {
       keep_from[c] = work[i].h->tail_from;
     }
   job_of_uid_ = std::move(job_of_uid);
+  if (!fabric_.empty()) {
+    std::vector<const History*> hs;
+    for (const Work& w : work) hs.push_back(w.h);
+    add_fabric_findings(r, hs);
+  }
   std::erase_if(hist_, [](const auto& kv) { return !kv.second.seen; });
   prune(keep_from, now_ns);
   enforce_xfer_bound();
@@ -249,6 +254,7 @@ Job StreamingAnalysis::analyse_job(const Normalized& n, JobSlice& sl, History& h
   j.step_time_ms = (young ? t.step_ns : step_median(h, prefix)) / 1e6;
   j.state = job_state(n, sl, t.step_ns, j.iterations.size());
   merge_findings(h, diagnose(n, sl, s, t, local, j.state, n.now_ns, id), local, young);
+  if (!fabric_.empty()) note_directions(h, direction_states(n, sl, s, t, local.size()));
   j.findings = h.findings;
   move_tail(h, sl, t);
   set_next_due(h, sl, t);

@@ -220,6 +220,29 @@ std::vector<Iteration> iterations_of(const Normalized& n, const JobSlice& slice,
 std::vector<Finding> diagnose(const Normalized& n, const JobSlice& job, const Structure& s, const Timeline& t,
                               const std::vector<Iteration>& its, const std::string& state, uint64_t now_ns,
                               const std::string& job_id);
+
+// One direction between two nodes of a job as the slow-link step measured it (diagnosis_link.cpp): onset -1
+// when it never ran below its threshold for the consecutive iterations a slow link needs; ratio: its median
+// rate over its comparable links' (from the onset on, or over every measured iteration).
+struct DirectionState {
+  std::string src, dst;  // node names
+  int onset = -1;
+  size_t measured = 0;  // iterations from the warm-up on with a rate and a reference
+  double ratio = 1;
+  uint64_t start_ns = 0;              // the onset iteration's start
+  std::vector<uint64_t> measured_at;  // start times of the measured iterations
+};
+struct JobDirections {
+  std::string job_id;
+  std::vector<DirectionState> dirs;
+};
+std::vector<DirectionState> direction_states(const Normalized& n, const JobSlice& job, const Structure& s,
+                                             const Timeline& t, size_t iters);
+
+// Fabric diagnosis (diagnosis_fabric.cpp): per job (aligned with `jobs`), the `fabric` findings of the
+// fabric links or switches that the slow directions of every job crossing them explain (tomography over the
+// jobs' traffic, with the topology file's links and paths).
+std::vector<std::vector<Finding>> fabric_findings(const Fabric& f, const std::vector<JobDirections>& jobs);
 std::string job_state(const Normalized& n, const JobSlice& job, double step_ns, size_t iterations);
 
 }  // namespace netprism::analysis

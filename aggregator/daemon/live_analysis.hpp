@@ -43,6 +43,8 @@ class LiveAnalysis {
 
   // Fills the window from the store and reloads persisted jobs (call once before run()).
   void preload();
+  // The topology file's fabric (its switch lines), before the analysis starts: fabric findings live.
+  void set_fabric(analysis::Fabric f) { engine_.set_fabric(std::move(f)); }
   // Called by ingest after a batch is committed, with the batch as stored (zstd of its column encoding,
   // batch_codec.hpp) and its flowlet count.
   void feed(std::string&& stored, std::size_t flowlets);

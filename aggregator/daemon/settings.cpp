@@ -157,7 +157,8 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
       {"--listen", &s.listen, "agent ingest endpoint (ZeroMQ ROUTER)"},
       {"--query", &s.query, "query endpoint for the netprism CLI (ZeroMQ REP)"},
       {"--data-dir", &s.data_dir, "where the embedded store lives"},
-      {"--topology", &s.topology, "file of 'IP NODE' lines naming exporters' endpoints"},
+      {"--topology", &s.topology,
+       "file of 'IP NODE' lines naming exporters' endpoints (and switch, link, path lines: docs/formats.md)"},
       {"--server-key", &s.server_key, "CURVE secret key file (netprism keygen)"},
       {"--agents", &s.agents, "allowlist of agents: lines 'NODE PUBKEY'"},
       {"--clients", &s.clients, "allowlist of query clients: lines 'read|admin PUBKEY'"}};

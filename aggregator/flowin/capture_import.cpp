@@ -11,7 +11,8 @@ std::optional<analysis::Input> load_capture(const std::string& path, Protocol p,
                                             std::vector<std::string>& warnings, std::string& err) {
   analysis::Input in;
   in.offline = true;
-  if (!topology.empty() && !analysis::load_topology(topology, in.addr_node, err)) return std::nullopt;
+  if (!topology.empty() && !analysis::load_topology(topology, in.addr_node, &in.fabric, err))
+    return std::nullopt;
   Stats st;
   auto by_node = read_capture(path, p, st, err);
   if (!by_node) return std::nullopt;

@@ -59,7 +59,8 @@ TEST_P(AnalysisSamples, ExactStructureStateAndFindings) {
 
 namespace {
 const std::vector<std::string> k4 = {"n0", "n1", "n2", "n3"};
-}
+const std::vector<std::string> k4b = {"n4", "n5", "n6", "n7"};
+}  // namespace
 
 INSTANTIATE_TEST_SUITE_P(
     Recordings, AnalysisSamples,
@@ -83,8 +84,45 @@ INSTANTIATE_TEST_SUITE_P(
                       Expect{"dp3pp2_loaded", {"n0", "n1", "n2", "n3", "n4", "n5"}, 3, 2, 1, "ended", 13, {}},
                       Expect{"pause_dp4", k4, 4, 1, 1, "ended", 13, {}},
                       Expect{"slowlink_2x", k4, 2, 2, 1, "ended", 15, {{"slow_link", "n0<->n1"}}},
-                      Expect{"slowlink_2x_dp4", k4, 4, 1, 1, "ended", 15, {{"slow_link", "n2->n1"}}}),
+                      Expect{"slowlink_2x_dp4", k4, 4, 1, 1, "ended", 15, {{"slow_link", "n2->n1"}}},
+                      // Issue 22's fabric: two DP4 tenants over 4 leaves and 2 spines (ECMP); one leaf-spine
+                      // link, then all of one leaf's uplinks, at half the line rate from iteration 6: the
+                      // tenants' slow directions (slow_link) and the fabric element they share (fabric).
+                      Expect{
+                          "fabric_link",
+                          k4,
+                          4,
+                          1,
+                          1,
+                          "ended",
+                          15,
+                          {{"slow_link", "n2->n1"}, {"slow_link", "n1->n0"}, {"fabric", "leaf1<->spine0"}}},
+                      Expect{"fabric_link",
+                             k4b,
+                             4,
+                             1,
+                             1,
+                             "ended",
+                             15,
+                             {{"slow_link", "n5->n4"}, {"fabric", "leaf1<->spine0"}}},
+                      Expect{"fabric_leaf",
+                             k4,
+                             4,
+                             1,
+                             1,
+                             "ended",
+                             15,
+                             {{"slow_link", "n0->n3"}, {"slow_link", "n1->n0"}, {"fabric", "leaf0"}}},
+                      Expect{"fabric_leaf",
+                             k4b,
+                             4,
+                             1,
+                             1,
+                             "ended",
+                             15,
+                             {{"slow_link", "n5->n4"}, {"slow_link", "n4->n7"}, {"fabric", "leaf0"}}}),
     [](const auto& info) {
-      return info.param.sample +
-             (info.param.sample == "two_jobs" ? "_" + info.param.nodes[0] : std::string());
+      return info.param.sample + (info.param.sample == "two_jobs" || info.param.sample.rfind("fabric", 0) == 0
+                                      ? "_" + info.param.nodes[0]
+                                      : std::string());
     });

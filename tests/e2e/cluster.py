@@ -199,6 +199,8 @@ class Cluster:
             sh("ip", "netns", "del", ns, check=False)
             sh("ip", "link", "del", self.host_veth(k), check=False)
         sh("ip", "link", "del", self.bridge, check=False)
+        for ns in self.extra.get("fabric", {}).get("switch_ns", []):  # a leaf-spine run (fabric.py)
+            sh("ip", "netns", "del", ns, check=False)
         try:
             os.unlink(self.state_path())
         except FileNotFoundError:
@@ -230,7 +232,7 @@ class Cluster:
         sh("tc", "qdisc", "del", "dev", self.host_veth(k), "root", check=False)
 
 
-RUN_NAME = re.compile(r"^(np[0-9a-f]{5})(br|h\d+|n\d+)$")
+RUN_NAME = re.compile(r"^(np[0-9a-f]{5})(br|h\d+|n\d+|l\d+|s\d+)$")
 
 
 def leftovers(by_name=False):

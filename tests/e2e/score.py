@@ -68,7 +68,8 @@ class TruthJob:
         self.name = spec["name"]
         self.spec = spec
         self.nodes = list(spec["nodes"])
-        self.faults = [f for f in faults if f["job"] == self.name]
+        # A fabric fault (testbed --fabric) concerns every job whose traffic crosses the link or leaf.
+        self.faults = [f for f in faults if f["job"] == self.name or fabric_crossed(f, self.name)]
         dp, pp, tp = spec["dp"], spec["pp"], spec["tp"]
         self.world = dp * pp * tp
         iters = {}  # iter -> rank -> record
@@ -173,11 +174,26 @@ class TruthJob:
                 "step_time_ms": (self.step or 0) * 1e3}
 
 
+FABRIC_FAULTS = ("fabriclink", "leafuplinks")
+
+
+def fabric_crossed(f, job):
+    if f["kind"] not in FABRIC_FAULTS:
+        return False
+    links = [k for k in f.get("crossing", {}) if k.startswith(f["leaf"] + "<->") and (
+        f["kind"] == "leafuplinks" or k == f"{f['leaf']}<->{f['spine']}")]
+    return any(job in f["crossing"][k] for k in links)
+
+
+def fabric_subject(f):
+    return f"{f['leaf']}<->{f['spine']}" if f["kind"] == "fabriclink" else f["leaf"]
+
+
 def fault_time(tj, f):
     """When the fault began, in wall seconds."""
     if f["kind"] == "straggler":
         return tj.iteration_start(f["from"]) or 0
-    if f["kind"] == "slowlink":
+    if f["kind"] in ("slowlink",) + FABRIC_FAULTS:
         return f.get("applied_at", 0)
     if f["kind"] == "hang":
         return tj.hang["time"] if tj.hang else f.get("stopped_at", 0)
@@ -340,18 +356,20 @@ def node_of_subject(subject):
 
 
 def score_findings(t, job, npjob):
-    expected = [f for f in t.faults if f["kind"] in ("straggler", "slowlink", "hang")]
+    expected = [f for f in t.faults if f["kind"] in ("straggler", "slowlink", "hang") + FABRIC_FAULTS]
     findings = list(npjob.get("findings", [])) if npjob else []
     rows, used = [], set()
     for f in expected:
-        kind = {"straggler": "straggler", "slowlink": "slow_link", "hang": "hang"}[f["kind"]]
+        kind = {"straggler": "straggler", "slowlink": "slow_link", "hang": "hang", "fabriclink": "fabric",
+                "leafuplinks": "fabric"}[f["kind"]]
+        want = fabric_subject(f) if kind == "fabric" else f["node"]
         t0 = fault_time(t, f)
         hit = None
         for k, fd in enumerate(findings):
             if k in used or fd.get("kind") != kind:
                 continue
             subj = fd.get("subject", "")
-            ok = (subj == f["node"] if kind == "straggler" else
+            ok = (subj == want if kind in ("straggler", "fabric") else
                   f["node"] in node_of_subject(subj) if kind == "slow_link" else
                   subj in (f["node"], npjob.get("id")))
             if ok:
@@ -360,13 +378,13 @@ def score_findings(t, job, npjob):
         wrong = None
         if hit is None:  # right kind, wrong subject; or right subject, wrong kind
             wrong = next((fd for k, fd in enumerate(findings) if k not in used and (
-                fd.get("kind") == kind or f["node"] in node_of_subject(fd.get("subject", "")))), None)
+                fd.get("kind") == kind or want in node_of_subject(fd.get("subject", "")))), None)
             if wrong is not None:
                 used.add(findings.index(wrong))
         else:
             used.add(hit)
         fd = findings[hit] if hit is not None else None
-        rows.append({"fault": describe_fault(f), "expected": f"{kind} {f['node']}",
+        rows.append({"fault": describe_fault(f), "expected": f"{kind} {want}",
                      "found": f"{fd['kind']} {fd['subject']}" if fd else (
                          f"WRONG: {wrong.get('kind')} {wrong.get('subject')}" if wrong else "MISSING"),
                      "ok": fd is not None, "fault_iteration": t.fault_iteration(f),
@@ -376,7 +394,9 @@ def score_findings(t, job, npjob):
     for k, fd in enumerate(findings):
         if k in used:
             continue
-        (tolerated if slow_iteration_explained(t, fd) else false_pos).append(fd)
+        # The slow directions a fabric fault explains are the job's slow_link findings (named with it).
+        fabric = fd.get("kind") == "slow_link" and any(f["kind"] in FABRIC_FAULTS for f in expected)
+        (tolerated if fabric or slow_iteration_explained(t, fd) else false_pos).append(fd)
     return rows, false_pos, tolerated
 
 
@@ -406,7 +426,7 @@ def slow_iteration_explained(t, fd):
 
 
 def describe_fault(f):
-    keys = [k for k in ("node", "factor", "rate", "from", "at", "seconds", "hold") if k in f]
+    keys = [k for k in ("node", "leaf", "spine", "factor", "rate", "from", "at", "seconds", "hold") if k in f]
     return f["kind"] + ":" + ",".join(f"{k}={f[k]}" for k in keys)
 
 

@@ -17,6 +17,11 @@ Faults (--fault, repeatable; job=J picks the job, default job0):
   eval:at=5,batches=8                     every rank runs an evaluation phase at iteration 5: forward-only
                                           micro-batches through the pipeline, a loss all-reduce (benign)
   cpuload:workers=3                       3 CPU burners (`yes`) on the host for the whole run (benign)
+  fabriclink:leaf=leaf1,spine=spine0,rate=200mbit,from=6   (--fabric) tc tbf on one leaf-spine link, both ends
+  leafuplinks:leaf=leaf1,rate=200mbit,from=6               (--fabric) the same on every uplink of one leaf
+                                          leaf=auto / spine=auto: one the jobs' traffic crosses (fabric.choose)
+--fabric 4 builds a leaf-spine fabric (tests/e2e/fabric.py: 4 leaves, 2 spines, ECMP) instead of the bridge;
+node k hangs under leaf k % 4; topology.txt gets switch, link and path lines (docs/formats.md).
 --link-rate 400mbit shapes every node's link (tc tbf) like a NIC's line rate, so that a slowlink fault at half
 of it is a 2x degraded host link against peers at line rate (unshaped veths run at the CPU's pace).
 --also "dp=1,pp=2,delay=3" adds a job on the next free nodes, started 3 s after the first (keys: delay and the
@@ -37,6 +42,8 @@ sys.path.insert(0, HERE)
 import cluster as cl  # noqa: E402
 import live as lv  # noqa: E402
 import pcap_to_csv  # noqa: E402
+import fabric  # noqa: E402
+from faults import parse_fault, parse_kv  # noqa: E402
 
 PY = "/usr/bin/python3"  # Debian's interpreter: it has python3-torch
 
@@ -70,16 +77,6 @@ JOB_KEYS = {"delay": float, "dp": int, "pp": int, "tp": int, "schedule": str, "i
             "pattern": str, "buckets": int, "ddp": int}
 
 
-def parse_kv(text, what):
-    out = {}
-    for part in filter(None, text.split(",")):
-        if "=" not in part:
-            raise ValueError(f"{what}: {part!r} is not key=value")
-        k, v = part.split("=", 1)
-        out[k.strip().replace("-", "_")] = v.strip()
-    return out
-
-
 def job_specs(a):
     base = {k: getattr(a, k, 0.0) for k in JOB_KEYS}
     jobs = [dict(base, name="job0")]
@@ -105,58 +102,6 @@ def job_specs(a):
         j["nodes"] = [f"n{base_node + k}" for k in range(j["dp"] * j["pp"])]
         base_node += j["dp"] * j["pp"]
     return jobs
-
-
-def parse_fault(text, jobs):
-    kind, _, rest = text.partition(":")
-    kv = parse_kv(rest, f"fault {text!r}")
-    job = next((j for j in jobs if j["name"] == kv.pop("job", "job0")), None)
-    if job is None:
-        raise ValueError(f"fault {text!r}: unknown job")
-    f = {"kind": kind, "job": job["name"]}
-    known = {"straggler": {"node", "rank", "factor", "from"}, "slowlink": {"node", "rate", "from", "burst"},
-             "hang": {"node", "rank", "at", "hold"}, "pause": {"at", "seconds"}, "eval": {"at", "batches"},
-             "cpuload": {"workers"}}
-    if kind not in known:
-        raise ValueError(f"unknown fault kind {kind!r} ({', '.join(known)})")
-    extra = set(kv) - known[kind]
-    if extra:
-        raise ValueError(f"fault {kind}: unknown keys {sorted(extra)}")
-    tp = job["tp"]
-    if "rank" in kv:
-        f["rank"] = int(kv["rank"])
-        f["node"] = f"n{job['node_base'] + f['rank'] // tp}"
-    elif "node" in kv:
-        f["node"] = kv["node"]
-        if f["node"] not in job["nodes"]:
-            raise ValueError(f"fault {kind}: node {f['node']} is not one of {job['name']}'s nodes {job['nodes']}")
-        f["rank"] = (int(f["node"][1:]) - job["node_base"]) * tp  # the node's TP rank 0
-    elif kind not in ("pause", "eval", "cpuload"):
-        raise ValueError(f"fault {kind}: needs node= or rank=")
-    if kind == "straggler":
-        f["factor"] = float(kv.get("factor", 1.5))
-        f["from"] = int(kv.get("from", 0))
-        if f["factor"] <= 1.0:
-            raise ValueError("straggler factor must be > 1")
-    elif kind == "slowlink":
-        f["rate"] = kv.get("rate", "20mbit")
-        f["burst"] = kv.get("burst", "32kb")
-        f["from"] = int(kv.get("from", 0))
-    elif kind == "hang":
-        f["at"] = int(kv.get("at", job["iters"] // 2))
-        f["hold"] = float(kv.get("hold", 6))
-        if f["at"] >= job["iters"]:
-            raise ValueError("hang: at must be < iters")
-    elif kind == "pause":
-        f["at"] = int(kv.get("at", job["iters"] // 2))
-        f["seconds"] = float(kv.get("seconds", 2.0))
-    elif kind == "eval":
-        f["at"], f["batches"] = int(kv.get("at", job["iters"] // 2)), int(kv.get("batches", 8))
-        if job["stack"] != "gloo":
-            raise ValueError("eval: gloo stack only")
-    elif kind == "cpuload":
-        f["workers"] = int(kv.get("workers", 2))
-    return f
 
 
 # --- truth reading -----------------------------------------------------------------------------------------
@@ -206,6 +151,10 @@ def cmd_run(a):
     jobs = job_specs(a)
     faults = [parse_fault(f, jobs) for f in a.fault or []]
     n_nodes = sum(len(j["nodes"]) for j in jobs)
+    if not a.fabric and any(f["kind"] in fabric.FAULT_KEYS for f in faults):
+        raise ValueError("fabriclink / leafuplinks faults need --fabric")
+    if a.fabric and (a.live or a.cluster):
+        raise ValueError("--fabric runs its own cluster, without --live (the host is not on the fabric)")
     out = os.path.abspath(a.out)
     if os.path.exists(out) and os.listdir(out):
         if not a.force:
@@ -220,7 +169,8 @@ def cmd_run(a):
     if own:
         run_id = cl.new_run_id()
         start_watchdog(run_id)  # before the first link exists: a kill at any point is cleaned up
-        c = cl.Cluster.create(n_nodes, run_id)
+        c = (fabric.FabricCluster.create_fabric(n_nodes, a.fabric, a.spines, run_id) if a.fabric else
+             cl.Cluster.create(n_nodes, run_id))
     else:
         c = cl.Cluster.load(a.cluster)
         if c.n < n_nodes:
@@ -233,15 +183,21 @@ def cmd_run(a):
         with open(os.path.join(out, "topology.txt"), "w") as f:
             f.write(c.topology())
         # Line rate and slow links "from the start" go in before any traffic; CPU burners start with the run.
-        for k in range(c.n) if a.link_rate else ():
+        for f in faults:  # leaf=auto, spine=auto: a link or leaf the jobs' traffic crosses (fabric.choose)
+            if f["kind"] in fabric.FAULT_KEYS:
+                c.choose(f, jobs)
+                print(f"testbed: {f['kind']} on {f['leaf']}" + (f"<->{f['spine']}" if "spine" in f else ""),
+                      flush=True)
+        if a.link_rate and a.fabric:
+            c.shape_all(a.link_rate)
+        for k in range(c.n) if a.link_rate and not a.fabric else ():
             c.slow_link(k, a.link_rate)
         for f in faults:
             for _ in range(f.get("workers", 0)):  # tracked: a teardown after a killed driver ends them too
                 burners.append(subprocess.Popen(["yes"], stdout=subprocess.DEVNULL))
                 c.track(burners[-1].pid)
-            if f["kind"] == "slowlink" and f["from"] == 0:
-                c.slow_link(int(f["node"][1:]), f["rate"], f["burst"])
-                f["applied_at"] = time.time()
+            if f["kind"] in LINK_FAULTS and f["from"] == 0:
+                apply_link_fault(c, f)
         if not own and "live" in c.extra:
             stack = lv.LiveStack.attach(c, out)
             manifest["live"] = {"ingest": stack.ingest, "query": stack.query}
@@ -256,7 +212,9 @@ def cmd_run(a):
                 pcap = os.path.join(out, "pcap", f"{c.node(k)}.pcap")
                 # -Q out: each packet once, at its sender. -s 128: headers only. Nanosecond stamps. -B: 8 MiB
                 # kernel buffer so that bursts are not dropped while tcpdump is descheduled.
-                p = c.popen(k, ["tcpdump", "-i", c.veth(k), "-Q", "out", "-s", "128", "-n", "-B", "8192",
+                # A fabric run records both directions (-Q inout): the receivers' arrival times are what a
+                # link inside the fabric slows; the sender's departures only follow it through TCP's window.
+                p = c.popen(k, ["tcpdump", "-i", c.veth(k), "-Q", "inout" if a.fabric else "out", "-s", "128", "-n", "-B", "8192",
                                 "--time-stamp-precision=nano", "-w", pcap]
                             # Live runs: the agents' own traffic to the aggregator (the host's bridge address)
                             # is netprism's, not the job's; the contract excludes it from flows too.
@@ -350,14 +308,14 @@ def cmd_run(a):
             while unlaunched:
                 launch(unlaunched.pop(0))
             for f in faults:
-                if f["kind"] == "slowlink" and "applied_at" not in f:
+                if f["kind"] in LINK_FAULTS and "applied_at" not in f:
                     j = next(j for j in jobs if j["name"] == f["job"])
                     # Iteration `from` starts when the first rank of the job finished iteration from-1.
                     if max(last_iter(os.path.join(out, "truth"), j["name"], r)
                            for r in range(j["dp"] * j["pp"] * j["tp"])) >= f["from"] - 1:
-                        c.slow_link(int(f["node"][1:]), f["rate"], f["burst"])
-                        f["applied_at"] = time.time()
-                        print(f"testbed: slow link on {f['node']} ({f['rate']}) applied", flush=True)
+                        apply_link_fault(c, f)
+                        print(f"testbed: {f['kind']} on {f.get('node') or f['leaf']} ({f['rate']}) applied",
+                              flush=True)
                 if f["kind"] == "hang" and f["job"] not in hang_seen and has_line(
                         os.path.join(out, "truth"), f["job"], f["rank"], "hang"):
                     hang_seen[f["job"]] = now
@@ -421,6 +379,9 @@ def cmd_run(a):
             stats.setdefault(c.node(k), {}).update({"iface_tx_bytes": counters1[k][0] - counters0[k][0],
                                      "iface_tx_packets": counters1[k][1] - counters0[k][1]})
         manifest["capture"] = stats
+        if a.fabric:
+            manifest["fabric"] = {"leaves": a.fabric, "spines": a.spines, "uplink_tx_bytes": c.uplink_bytes(),
+                                  "leaf_of": {c.node(k): f"leaf{c.leaf_of(k)}" for k in range(c.n)}}
     except BaseException:
         manifest["error"] = str(sys.exc_info()[1])
         raise
@@ -442,7 +403,7 @@ def cmd_run(a):
         if own:
             c.teardown()
         else:  # a cluster of `up`: leave it as it was
-            for k in {int(f["node"][1:]) for f in faults if f["kind"] == "slowlink" and "applied_at" in f} | (
+            for k in {int(f["node"][1:]) for f in faults if "node" in f and "applied_at" in f} | (
                     set(range(c.n)) if a.link_rate else set()):
                 c.clear_slow_link(k)
         manifest["teardown_done"] = time.time()
@@ -467,6 +428,19 @@ def convert(out, gap_ms):
     with open(os.path.join(out, "run.json"), "w") as f:
         json.dump(manifest, f, indent=1)
     print(f"testbed: {len(rows)} flowlets -> {out}/flows.csv", flush=True)
+
+
+LINK_FAULTS = ("slowlink", "fabriclink", "leafuplinks")
+
+
+def apply_link_fault(c, f):
+    if f["kind"] == "slowlink":
+        c.slow_link(int(f["node"][1:]), f["rate"], f["burst"])
+        f["applied_at"] = time.time()
+    elif not isinstance(c, fabric.FabricCluster):
+        raise ValueError(f"fault {f['kind']} needs --fabric")
+    else:
+        c.apply_fault(f)
 
 
 def cmd_convert(a):
@@ -551,6 +525,10 @@ def main(argv=None):
         r.add_argument("--cluster", help="run on this `up` cluster (left up) instead of a fresh one")
         r.add_argument("--also", action="append", help="another job at once: key=value,... overriding the above")
         r.add_argument("--fault", action="append", help="see the description")
+        r.add_argument("--fabric", type=int, metavar="LEAVES",
+                       help="a leaf-spine fabric (fabric.py) of LEAVES leaves instead of one bridge; node k under "
+                            "leaf k %% LEAVES; capture records both directions")
+        r.add_argument("--spines", type=int, default=2, help="with --fabric: spines (ECMP over all of them)")
         r.add_argument("--link-rate", help="tc tbf rate of every node's link (e.g. 400mbit): a NIC's line rate")
         r.add_argument("--out", required=True)
         r.add_argument("--force", action="store_true", help="overwrite a non-empty --out")

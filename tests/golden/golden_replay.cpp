@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
                    [](const auto& a, const auto& b) { return a.last_ns < b.last_ns; });
   analysis::StreamingAnalysis sa;
   sa.set_addr_nodes(in->addr_node);
+  sa.set_fabric(in->fabric);
   nlohmann::json passes = nlohmann::json::array();
   uint64_t t = in->events.front().last_ns + kSec;
   for (size_t i = 0; i < in->events.size(); t += kSec) {
