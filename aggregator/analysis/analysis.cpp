@@ -5,6 +5,7 @@
 #include <set>
 
 #include "analysis.hpp"
+#include "counters.hpp"
 #include "stages.hpp"
 
 namespace netprism::analysis {
@@ -67,15 +68,21 @@ std::vector<Iteration> iterations_of(const Normalized& n, const JobSlice& slice,
   return its;
 }
 
-Result analyze(const Input& in) {
+namespace {
+
+Result analyze_normalized(const Normalized& n, bool with_counters) {
   Result r;
-  Normalized n = normalize(in);
   for (const JobSlice& slice : group_jobs(n)) {
     Job j;
     for (uint32_t v : slice.nodes) j.nodes.push_back(n.nodes[v]);
     j.id = job_id(j.nodes, slice.first_ns);
     j.first_ns = slice.first_ns;
     j.last_ns = slice.last_ns;
+    if (with_counters)
+      j.source = std::any_of(slice.conns.begin(), slice.conns.end(),
+                             [&](uint32_t c) { return n.conns[c].from_counters; })
+                     ? "counters"
+                     : "probe";
 
     Structure s = infer_structure(n, slice);
     j.parallelism = parallelism_of(n, slice, s);
@@ -87,6 +94,19 @@ Result analyze(const Input& in) {
     r.jobs.push_back(std::move(j));
   }
   return r;
+}
+
+}  // namespace
+
+Result analyze(const Input& in) {
+  if (in.rdma_bursts.empty() && in.qps.empty()) return analyze_normalized(normalize(in), false);
+  // RDMA counters present: their transfers join the observed events (counters.hpp), for the node pairs
+  // whose RDMA traffic the probe did not see.
+  Input merged = in;
+  std::vector<FlowEvent> extra = counter_events(in);
+  merged.events.insert(merged.events.end(), std::make_move_iterator(extra.begin()),
+                       std::make_move_iterator(extra.end()));
+  return analyze_normalized(normalize(merged), true);
 }
 
 }  // namespace netprism::analysis

@@ -164,8 +164,9 @@ std::optional<Analysed> analyze_recording(const std::string& input, std::string 
   analysis::Input in;
   ProgressLine line;
   progress("netprism: reading " + input + " ...");
-  if (format == "csv") {
-    auto r = analysis::load_csv(input, topology, err);
+  if (format == "csv" || format == "rdma-counters") {
+    auto r = format == "csv" ? analysis::load_csv(input, topology, err)
+                             : analysis::load_rdma_counters(input, topology, err);
     if (!r) return std::nullopt;
     in = std::move(*r);
   } else if (auto proto = flowin::parse_protocol(format)) {
