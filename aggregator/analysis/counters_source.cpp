@@ -35,10 +35,15 @@ constexpr uint64_t kMergeGapBins = 2;
 constexpr double kMinShare = 0.25;
 // Floor of a pair's prior, as a share of all unambiguous bytes (see evidence()).
 constexpr double kPriorFloor = 1e-3;
-// Bytes sent while no QP peer was receiving (sampling phase at a run's edge) go to the peers receiving
-// nearest in time, within one sampling interval either way.
-constexpr uint64_t kSearchBins = 10;
-constexpr uint64_t kNearBins = 5;
+// The split is fitted on a coarser grid than the series: one sampling interval (10 ms). Each node's counts
+// there are exact sums of what it read (its intervals straddle two such bins, out of phase with its peers',
+// spread alike on both ends of a transfer), so a sender's and its receivers' counts match bin by bin; on the
+// 1 ms grid they would match only up to where each end's edge estimate put them. The shares fitted per
+// coarse bin then split the sender's fine series.
+constexpr uint64_t kFitBins = 10;
+// Bytes sent while no QP peer was receiving in the same coarse bin go to the peers receiving in the
+// neighbouring bins.
+constexpr uint64_t kSearchBins = 1;
 constexpr int kFitRounds = 30;
 constexpr uint16_t kRoceV2Port = 4791;
 constexpr uint16_t kFin = 0x01;
@@ -157,6 +162,41 @@ struct Graph {
 
 using PairSeries = std::map<std::pair<uint32_t, uint32_t>, Series>;  // (sender, receiver) -> bytes per bin
 
+// Size class of one bin's bytes: a factor of 4 per class. A pair's history is kept per class (see
+// evidence()), so that a node's small pipeline sends and its large DP synchronisation are attributed each by
+// the pairs that carried that kind of traffic alone.
+int size_class(double bytes) {
+  return bytes < 1 ? 0 : static_cast<int>(std::log2(bytes) / 2);
+}
+struct Prior {
+  std::map<std::pair<uint32_t, uint32_t>, std::map<int, double>> ev;  // pair -> size class -> bytes
+  double floor = 1;
+  // The weight of pair (i, j) for a bin of `bytes` sent by i: its unambiguous bytes of that size class and,
+  // at half weight, of the neighbouring ones.
+  double at(uint32_t i, uint32_t j, double bytes) const {
+    auto it = ev.find({i, j});
+    if (it == ev.end()) return floor;
+    int k = size_class(bytes);
+    auto get = [&](int c) {
+      auto x = it->second.find(c);
+      return x == it->second.end() ? 0.0 : x->second;
+    };
+    double w = floor + get(k) + 0.5 * (get(k - 1) + get(k + 1));
+    // Below the bulk classes, a node's bulk partner is not the likely receiver: the pairs that synchronise
+    // gradients (bulk, every iteration) are not the ones that carry pipeline sends (small) in a DP x PP
+    // layout, and the two kinds run at once in lockstep pipelines, where the counters alone fit either.
+    if (auto b = bulk_share.find({i, j}); b != bulk_share.end() && k + 1 < bulk_class(i))
+      w *= 1.0 - b->second;
+    return w;
+  }
+  std::map<std::pair<uint32_t, uint32_t>, double> bulk_share;  // pair's share of its sender's bulk bytes
+  std::map<uint32_t, int> bulk;                                // per sender: its bulk size class
+  int bulk_class(uint32_t i) const {
+    auto it = bulk.find(i);
+    return it == bulk.end() ? 1000 : it->second;
+  }
+};
+
 // Bytes of a series within `w` bins of `bin`, either side.
 double window_sum(const Series& s, uint64_t bin, uint64_t w) {
   double sum = 0;
@@ -165,12 +205,11 @@ double window_sum(const Series& s, uint64_t bin, uint64_t w) {
   return sum;
 }
 
-// Receivers for node i's bytes in bin `bin`: its peers receiving around then (within half a sampling
-// interval: the two ends' edges are each placed to within that), or, when none is, the peers receiving
-// nearest in time (within a sampling interval), weighted by what they received there.
+// Receivers for node i's bytes in (coarse) bin `bin`: its peers receiving then, or, when none is, the peers
+// receiving in the neighbouring bins, weighted by what they received.
 std::vector<std::pair<uint32_t, double>> receivers(const Graph& g, uint32_t i, uint64_t bin) {
   std::vector<std::pair<uint32_t, double>> out;
-  for (uint64_t w : {kNearBins, kSearchBins}) {
+  for (uint64_t w : {uint64_t{0}, kSearchBins}) {
     for (uint32_t j : g.peers[i])
       if (double r = window_sum(g.series[j].rcv, bin, w); r > 0) out.push_back({j, r});
     if (!out.empty()) return out;
@@ -181,7 +220,7 @@ std::vector<std::pair<uint32_t, double>> receivers(const Graph& g, uint32_t i, u
 // One bin's node-to-node matrix fitted to the senders' and receivers' bytes (iterative proportional
 // fitting over QP-paired pairs, starting from `prior`), added to `out`. Senders keep their bytes exactly.
 void fit_bin(const Graph& g, uint64_t bin, const std::vector<std::pair<uint32_t, double>>& senders,
-             const std::map<std::pair<uint32_t, uint32_t>, double>& prior, PairSeries& out) {
+             const Prior& prior, PairSeries& out) {
   struct Cell {
     uint32_t i, j;
     double f;
@@ -191,8 +230,7 @@ void fit_bin(const Graph& g, uint64_t bin, const std::vector<std::pair<uint32_t,
   for (auto [i, x] : senders) {
     target_row[i] = x;
     for (auto [j, r] : receivers(g, i, bin)) {
-      auto p = prior.find({i, j});
-      cells.push_back({i, j, r * (p == prior.end() ? 1.0 : p->second)});
+      cells.push_back({i, j, r * prior.at(i, j, x)});
       target_col[j] = r;
     }
   }
@@ -210,16 +248,23 @@ void fit_bin(const Graph& g, uint64_t bin, const std::vector<std::pair<uint32_t,
     scale(false);
     scale(true);
   }
-  for (auto [i, x] : senders) {  // drop fitting noise, keep the sender's bytes whole
+  // Drop fitting noise (a cell that is a small share of both its sender's and its receiver's bytes), keep the
+  // sender's bytes whole. A small share of the sender's bytes that is most of what its receiver got is a
+  // real transfer (a pipeline send in the same bin as the sender's DP synchronisation).
+  auto kept_cell = [&](const Cell& c, double x) {
+    double r = target_col.at(c.j);
+    return c.f >= kMinShare * x || (r > 0 && c.f >= (1 - kMinShare) * r);
+  };
+  for (auto [i, x] : senders) {
     double kept = 0;
     for (const auto& c : cells)
-      if (c.i == i && c.f >= kMinShare * x) kept += c.f;
+      if (c.i == i && kept_cell(c, x)) kept += c.f;
     for (const auto& c : cells)
-      if (c.i == i && c.f >= kMinShare * x && kept > 0) out[{i, c.j}][bin] += c.f * x / kept;
+      if (c.i == i && kept_cell(c, x) && kept > 0) out[{i, c.j}][bin] += c.f * x / kept;
   }
 }
 
-PairSeries split(const Graph& g, const std::map<std::pair<uint32_t, uint32_t>, double>& prior) {
+PairSeries split(const Graph& g, const Prior& prior) {
   std::map<uint64_t, std::vector<std::pair<uint32_t, double>>> senders_at;
   for (uint32_t i = 0; i < g.nodes.size(); ++i)
     if (!g.peers[i].empty())
@@ -234,28 +279,59 @@ PairSeries split(const Graph& g, const std::map<std::pair<uint32_t, uint32_t>, d
 // Where a node's peers are all active at once (a DP synchronisation beside a pipeline send, or two DP rings
 // at once) the marginals fit several matrices alike; the pairs' unambiguous history decides between them.
 // A pair with none gets a small floor, so it is not excluded, only outweighed.
-std::map<std::pair<uint32_t, uint32_t>, double> evidence(const Graph& g) {
-  std::map<std::pair<uint32_t, uint32_t>, double> ev;
+Prior evidence(const Graph& g) {
+  Prior p;
   auto only_active = [&](uint32_t i, uint64_t bin, bool rcv) {
     uint32_t found = UINT32_MAX;
     for (uint32_t j : g.peers[i])
-      if (window_sum(rcv ? g.series[j].rcv : g.series[j].xmit, bin, kNearBins) > 0) {
+      if (value_at(rcv ? g.series[j].rcv : g.series[j].xmit, bin) > 0) {
         if (found != UINT32_MAX) return UINT32_MAX;
         found = j;
       }
     return found;
   };
+  double total = 0;
   for (uint32_t i = 0; i < g.nodes.size(); ++i) {
     for (const auto& [bin, x] : g.series[i].xmit)
-      if (uint32_t j = only_active(i, bin, true); j != UINT32_MAX) ev[{i, j}] += x;
+      if (uint32_t j = only_active(i, bin, true); j != UINT32_MAX)
+        p.ev[{i, j}][size_class(x)] += x, total += x;
     for (const auto& [bin, r] : g.series[i].rcv)
-      if (uint32_t j = only_active(i, bin, false); j != UINT32_MAX) ev[{j, i}] += r;
+      if (uint32_t j = only_active(i, bin, false); j != UINT32_MAX) {
+        // The sender's class: its bytes in the bin, which the receiver's are (its only sending peer).
+        double x = value_at(g.series[j].xmit, bin);
+        p.ev[{j, i}][size_class(x)] += r, total += r;
+      }
   }
-  double total = 0;
-  for (const auto& [k, v] : ev) total += v;
-  for (uint32_t i = 0; i < g.nodes.size(); ++i)
-    for (uint32_t j : g.peers[i]) ev[{i, j}] = (ev[{i, j}] + kPriorFloor * total) / std::max(total, 1.0);
-  return ev;
+  p.floor = kPriorFloor * std::max(total, 1.0);
+  // Each sender's bulk class: the largest class holding at least a fifth of its unambiguous bytes; each
+  // pair's share of the sender's bytes in that class and above.
+  std::map<uint32_t, std::map<int, double>> per_sender;
+  for (const auto& [k, m] : p.ev)
+    for (const auto& [c, v] : m) per_sender[k.first][c] += v;
+  for (const auto& [i, m] : per_sender) {
+    double tot = 0;
+    for (const auto& [c, v] : m) tot += v;
+    for (auto it = m.rbegin(); it != m.rend(); ++it)
+      if (it->second >= 0.2 * tot) {
+        p.bulk[i] = it->first;
+        break;
+      }
+    double in_bulk = 0;
+    std::map<uint32_t, double> by_peer;
+    for (const auto& [k, m2] : p.ev)
+      if (k.first == i)
+        for (const auto& [c, v] : m2)
+          if (c >= p.bulk_class(i)) by_peer[k.second] += v, in_bulk += v;
+    for (const auto& [j, v] : by_peer)
+      if (in_bulk > 0) p.bulk_share[{i, j}] = v / in_bulk;
+  }
+  if (getenv("NP_COUNTERS_DEBUG"))
+    for (const auto& [k, m] : p.ev) {
+      fprintf(stderr, "ev %s->%s:", g.nodes[k.first].c_str(), g.nodes[k.second].c_str());
+      for (const auto& [c, v] : m) fprintf(stderr, " %d:%.0f", c, v);
+      fprintf(stderr, "\n");
+    }
+  return p;
 }
 
 Graph graph_of(const QpPairing& p, std::map<std::string, NodeSeries> series,
@@ -284,6 +360,38 @@ Graph graph_of(const QpPairing& p, std::map<std::string, NodeSeries> series,
   return g;
 }
 
+Series coarse_of(const Series& s) {
+  Series out;
+  for (const auto& [b, v] : s) out[b / kFitBins] += v;
+  return out;
+}
+
+Graph coarsen(const Graph& g) {
+  Graph c;
+  c.nodes = g.nodes;
+  c.peers = g.peers;
+  for (const auto& ns : g.series) c.series.push_back({coarse_of(ns.xmit), coarse_of(ns.rcv)});
+  return c;
+}
+
+// The coarse split's shares applied to each sender's fine series.
+PairSeries refine(const Graph& fine, const PairSeries& coarse) {
+  PairSeries out;
+  for (const auto& [pair, cs] : coarse) {
+    const Series& x = fine.series[pair.first].xmit;
+    Series& o = out[pair];
+    for (const auto& [cb, bytes] : cs) {
+      double total = 0;
+      for (auto it = x.lower_bound(cb * kFitBins); it != x.end() && it->first < (cb + 1) * kFitBins; ++it)
+        total += it->second;
+      if (total <= 0) continue;
+      for (auto it = x.lower_bound(cb * kFitBins); it != x.end() && it->first < (cb + 1) * kFitBins; ++it)
+        o[it->first] += it->second * bytes / total;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<FlowEvent> counter_events(const Input& in) {
@@ -309,7 +417,8 @@ std::vector<FlowEvent> counter_events(const Input& in) {
     if (l.closed) closed.insert({l.a, l.b});
 
   Graph g = graph_of(pairing, std::move(series), probe_pairs);
-  for (const auto& [pair, s] : split(g, evidence(g))) {
+  Graph coarse = coarsen(g);
+  for (const auto& [pair, s] : refine(g, split(coarse, evidence(coarse)))) {
     const std::string &src = g.nodes[pair.first], &dst = g.nodes[pair.second];
     auto addr = [&](const std::string& n) { return addr_of.count(n) ? addr_of.at(n) : n; };
     size_t first = out.size();
