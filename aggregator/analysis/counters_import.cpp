@@ -57,6 +57,8 @@ NodeQp qp_of(const json& e, size_t i) {
   q.qp.dst_addr = e.value("dst_addr", "");
   q.qp.pid = e.value("pid", 0u);
   q.qp.comm = e.value("comm", "");
+  q.qp.sq_psn = e.value("sq_psn", 0u);
+  q.qp.rq_psn = e.value("rq_psn", 0u);
   return q;
 }
 

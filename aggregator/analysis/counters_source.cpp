@@ -46,6 +46,12 @@ constexpr uint64_t kFitBins = 10;
 constexpr uint64_t kSearchBins = 1;
 constexpr int kFitRounds = 30;
 constexpr uint16_t kRoceV2Port = 4791;
+// A QP pair whose PSN did not move near a bin keeps this much weight there (in packets): next to nothing,
+// yet not excluded when the PSN reads and the port counters straddle a bin differently.
+constexpr double kPsnFloor = 1e-3;
+constexpr uint32_t kPsnMask = 0xffffff;  // PSNs are 24 bits
+// RoCE's usual path MTU (ConnectX default with a 9000-byte Ethernet MTU; 1024 with 1500): bytes per PSN.
+constexpr double kRoceMtu = 4096;
 constexpr uint16_t kFin = 0x01;
 
 using Series = std::map<uint64_t, double>;  // bin -> bytes
@@ -171,6 +177,16 @@ int size_class(double bytes) {
 struct Prior {
   std::map<std::pair<uint32_t, uint32_t>, std::map<int, double>> ev;  // pair -> size class -> bytes
   double floor = 1;
+  // Packets each QP pair carried per coarse bin, from its sender's PSN advancing between QP table reads
+  // (QpEntry::sq_psn); senders whose tables carry PSNs are split by these alone.
+  std::map<std::pair<uint32_t, uint32_t>, Series> psn;
+  std::set<uint32_t> has_psn;
+  double psn_weight(uint32_t i, uint32_t j, uint64_t bin) const {
+    auto it = psn.find({i, j});
+    if (it == psn.end()) return kPsnFloor;
+    return kPsnFloor + value_at(it->second, bin) +
+           0.5 * (value_at(it->second, bin + 1) + (bin ? value_at(it->second, bin - 1) : 0.0));
+  }
   // The weight of pair (i, j) for a bin of `bytes` sent by i: its unambiguous bytes of that size class and,
   // at half weight, of the neighbouring ones.
   double at(uint32_t i, uint32_t j, double bytes) const {
@@ -217,6 +233,27 @@ std::vector<std::pair<uint32_t, double>> receivers(const Graph& g, uint32_t i, u
   return out;
 }
 
+// A sender's bytes in one bin split among its QP peers by the packets each QP sent (PSN advance). Packets are
+// MTU-sized but for each message's last one: a peer's bytes are at most its packets x MTU, and each active
+// peer's last packet is partial, so the bytes the MTUs overshoot the port's count by come off the peers
+// evenly (one partial packet each), before the rest is scaled to the port's count.
+void split_by_packets(const Graph& g, const Prior& prior, uint32_t i, double x, uint64_t bin,
+                      PairSeries& out) {
+  std::vector<std::pair<uint32_t, double>> cap;
+  double total = 0;
+  for (uint32_t j : g.peers[i])
+    if (double w = prior.psn_weight(i, j, bin); w > kPsnFloor) {
+      cap.push_back({j, w * kRoceMtu});
+      total += w * kRoceMtu;
+    }
+  if (cap.empty() || total <= 0) return;
+  double over = std::max(0.0, total - x) / static_cast<double>(cap.size());
+  double sum = 0;
+  for (auto& [j, c] : cap) sum += (c = std::max(c - std::min(over, kRoceMtu), 0.0));
+  if (sum <= 0) return;
+  for (auto [j, c] : cap) out[{i, j}][bin] += x * c / sum;
+}
+
 // One bin's node-to-node matrix fitted to the senders' and receivers' bytes (iterative proportional
 // fitting over QP-paired pairs, starting from `prior`), added to `out`. Senders keep their bytes exactly.
 void fit_bin(const Graph& g, uint64_t bin, const std::vector<std::pair<uint32_t, double>>& senders,
@@ -228,9 +265,14 @@ void fit_bin(const Graph& g, uint64_t bin, const std::vector<std::pair<uint32_t,
   std::vector<Cell> cells;
   std::map<uint32_t, double> target_row, target_col;
   for (auto [i, x] : senders) {
+    if (prior.has_psn.count(i)) {
+      // The sender's QPs say how many packets went to each peer: its bytes split in those proportions.
+      split_by_packets(g, prior, i, x, bin, out);
+      continue;
+    }
     target_row[i] = x;
     for (auto [j, r] : receivers(g, i, bin)) {
-      cells.push_back({i, j, r * prior.at(i, j, x)});
+      cells.push_back({i, j, r * (prior.has_psn.count(i) ? prior.psn_weight(i, j, bin) : prior.at(i, j, x))});
       target_col[j] = r;
     }
   }
@@ -256,6 +298,7 @@ void fit_bin(const Graph& g, uint64_t bin, const std::vector<std::pair<uint32_t,
     return c.f >= kMinShare * x || (r > 0 && c.f >= (1 - kMinShare) * r);
   };
   for (auto [i, x] : senders) {
+    if (!target_row.count(i)) continue;  // split by its PSNs above
     double kept = 0;
     for (const auto& c : cells)
       if (c.i == i && kept_cell(c, x)) kept += c.f;
@@ -360,6 +403,36 @@ Graph graph_of(const QpPairing& p, std::map<std::string, NodeSeries> series,
   return g;
 }
 
+// Per QP pair, the packets its sender's PSN advanced by between consecutive reads of its node's QP table,
+// spread over each interval between reads on the coarse grid (Prior::psn).
+void add_psn(Prior& p, const std::vector<NodeQp>& qps, const QpPairing& pairing, const Graph& g) {
+  std::map<std::string, uint32_t> idx;
+  for (uint32_t i = 0; i < g.nodes.size(); ++i) idx[g.nodes[i]] = i;
+  std::map<std::pair<std::string, uint32_t>, std::string> peer_of;  // (node, lqpn) -> peer node
+  for (const auto& l : pairing.links) {
+    peer_of[{l.a, l.qpn_a}] = l.b;
+    peer_of[{l.b, l.qpn_b}] = l.a;
+  }
+  std::map<std::tuple<std::string, std::string, uint32_t>, std::vector<std::pair<uint64_t, uint32_t>>> reads;
+  for (const auto& q : qps)
+    if (q.qp.sq_psn != 0 && peer_of.count({q.node, q.qp.lqpn}))
+      reads[{q.node, q.qp.device, q.qp.lqpn}].push_back({q.seen_ns, q.qp.sq_psn});
+  for (auto& [key, r] : reads) {
+    const auto& [node, dev, lqpn] = key;
+    auto i = idx.find(node), j = idx.find(peer_of.at({node, lqpn}));
+    if (i == idx.end() || j == idx.end()) continue;
+    std::sort(r.begin(), r.end());
+    Series fine;
+    for (size_t k = 1; k < r.size(); ++k) {
+      uint32_t d = (r[k].second - r[k - 1].second) & kPsnMask;
+      if (r[k].first > r[k - 1].first) spread(fine, r[k - 1].first, r[k].first, d);
+    }
+    p.has_psn.insert(i->second);
+    Series& out = p.psn[{i->second, j->second}];
+    for (const auto& [b, v] : fine) out[b / kFitBins] += v;
+  }
+}
+
 Series coarse_of(const Series& s) {
   Series out;
   for (const auto& [b, v] : s) out[b / kFitBins] += v;
@@ -418,7 +491,9 @@ std::vector<FlowEvent> counter_events(const Input& in) {
 
   Graph g = graph_of(pairing, std::move(series), probe_pairs);
   Graph coarse = coarsen(g);
-  for (const auto& [pair, s] : refine(g, split(coarse, evidence(coarse)))) {
+  Prior prior = evidence(coarse);
+  add_psn(prior, in.qps, pairing, coarse);
+  for (const auto& [pair, s] : refine(g, split(coarse, prior))) {
     const std::string &src = g.nodes[pair.first], &dst = g.nodes[pair.second];
     auto addr = [&](const std::string& n) { return addr_of.count(n) ? addr_of.at(n) : n; };
     size_t first = out.size();

@@ -21,9 +21,12 @@ documented because the tests' claims rest on it:
 - QP table: one RC QP on each side of every node pair whose connections carried more than set-up traffic
   (MIN_PAIR_BYTES: gloo opens a full mesh and uses its ring's pairs; UCX connects on first use); 24-bit QPNs
   spread over the range as a ConnectX NIC's firmware hands them out (qp_number); no addresses (UCX's RC transport does not use rdma_cm, so the CM
-  table gives none). Each node's table is read every second (the counters-only mode's refresh); a pair's QPs are listed from the first read after
-  it first talked until the last read before its TCP connections were closed (FIN/RST in the recording), or
-  to the end when they were not (a hung job keeps its QPs).
+  table gives none). Each node's table is read at every counter sampling instant (the counters-only mode
+  reads both together), with each QP's PSNs (sq_psn: the next PSN it sends, advanced by one per data packet
+  it sent; rq_psn likewise for what it received; initial PSNs pseudo-random as verbs applications pick them;
+  acknowledgement-only packets advance neither). A pair's QPs are listed from its first talk until its TCP
+  connections were closed (FIN/RST in the recording), or to the end when they were not (a hung job keeps its
+  QPs); one more read after the run shows the closed pairs' QPs gone.
 """
 import argparse
 import collections
@@ -33,7 +36,7 @@ import hashlib
 import json
 import sys
 
-QP_READ_NS = 1_000_000_000
+ROCE_MTU = 4096
 # A node pair gets QPs when its connection carried more than connection set-up: gloo opens a full mesh of
 # connections (a few KB each) and uses only its ring's; a verbs transport connecting on first use (UCX) has
 # QPs for the pairs that communicate only.
@@ -83,6 +86,7 @@ def derive(sample, sample_ms):
     xmit = collections.defaultdict(lambda: collections.defaultdict(float))
     rcv = collections.defaultdict(lambda: collections.defaultdict(float))
     pairs = {}  # (a, b) sorted -> [first_ns, last_ns, closed_ns or None]
+    pkts = {}  # (src, dst) -> (node, sampling interval of that node) -> data packets
     flows, end_ns = [], 0
     for r in rows:
         src, dst = addr_node.get(r["src_ip"]), addr_node.get(r["dst_ip"])
@@ -94,6 +98,15 @@ def derive(sample, sample_ms):
             flows.append({k: r[k] for k in r if k})  # the rendezvous connection stays TCP
             continue
         add_spread(xmit[src], t0, t1, nbytes, sample_ns, phase_ns(src, sample_ns))
+        npk = int(r.get("packets") or 1)
+        # RoCE packetises a message into MTU-sized packets (ROCE_MTU), one PSN each; RC acknowledgements do
+        # not advance the sender's PSN (TCP rows of acknowledgements only: at most 80 bytes a packet).
+        data_pkts = -(-nbytes // ROCE_MTU) if nbytes > 80 * npk else 0
+        for node in (src, dst):  # counted at both ends' sampling phases (sq_psn at src, rq_psn at dst)
+            ser = collections.defaultdict(float)
+            add_spread(ser, t0, t1, data_pkts, sample_ns, phase_ns(node, sample_ns))
+            for k, v in ser.items():
+                pkts.setdefault((src, dst), collections.defaultdict(float))[(node, k)] += v
         add_spread(rcv[dst], t0, t1, nbytes, sample_ns, phase_ns(dst, sample_ns))
         p = pairs.setdefault(tuple(sorted((src, dst))), [t0, t1, None, 0])
         p[3] += nbytes
@@ -109,7 +122,7 @@ def derive(sample, sample_ms):
                 bursts.append({"node": node, "device": "mlx5_0", "port": 1, "first_ns": ph + k * sample_ns,
                                "last_ns": ph + (k + 1) * sample_ns, "xmit_bytes": x, "rcv_bytes": rb})
     pairs = {k: p[:3] for k, p in pairs.items() if p[3] >= MIN_PAIR_BYTES}
-    qps, reads = qp_tables(pairs, addr_node, end_ns)
+    qps, reads = qp_tables(pairs, pkts, addr_node, end_ns, sample_ns)
     return {"derived_from": sample, "sample_ms": sample_ms, "addr_node": addr_node, "rdma_bursts": bursts,
             "qps": qps, "qp_read_ns": reads, "flows": flows}
 
@@ -121,22 +134,32 @@ def qp_number(node, peer):
     return int(hashlib.sha256(f"{node}>{peer}".encode()).hexdigest(), 16) % 0xfff000 + 0x100
 
 
-def qp_tables(pairs, addr_node, end_ns):
+def qp_tables(pairs, pkts, addr_node, end_ns, sample_ns):
+    """Every node's QP table read at each of its sampling instants (the counters-only mode reads it with the
+    counters), with each QP's PSNs: sq_psn advanced by the data packets it sent, rq_psn by those it received."""
     nodes = sorted(set(addr_node.values()))
-    start = min(p[0] for p in pairs.values()) if pairs else 0
-    reads = [start + QP_READ_NS * i for i in range(int((end_ns - start) // QP_READ_NS) + 2)]
     qpn = {(x, y): qp_number(x, y) for (a, b) in pairs for x, y in ((a, b), (b, a))}
-    qps = []
-    for (a, b), (first, last, closed) in pairs.items():
-        gone = closed if closed is not None else float("inf")
-        for t in reads:
-            if t < first or t > gone:
-                continue
-            for x, y in ((a, b), (b, a)):
+    qps, reads = [], {}
+    for (a, b), (first, last, closed) in sorted(pairs.items()):
+        gone = closed if closed is not None else end_ns + sample_ns
+        for x, y in ((a, b), (b, a)):
+            ph = phase_ns(x, sample_ns)
+            sent, got = pkts.get((x, y), {}), pkts.get((y, x), {})
+            sq, rq = qp_number(x, y + "psn") & 0xFFFFFF, qp_number(y, x + "psn") & 0xFFFFFF
+            k = (first - ph) // sample_ns + 1
+            while ph + k * sample_ns <= gone:
+                t = ph + k * sample_ns
+                sq = (sq + round(sent.get((x, k - 1), 0))) & 0xFFFFFF
+                rq = (rq + round(got.get((x, k - 1), 0))) & 0xFFFFFF
                 qps.append({"node": x, "seen_ns": t, "device": "mlx5_0", "port": 1, "lqpn": qpn[(x, y)],
                             "rqpn": qpn[(y, x)], "type": "RC", "state": "RTS", "pid": 1000 + nodes.index(x),
-                            "comm": "python3"})
-    return qps, {n: reads[-1] for n in nodes}
+                            "comm": "python3", "sq_psn": sq, "rq_psn": rq})
+                reads[x] = max(reads.get(x, 0), t)
+                k += 1
+    # One more read of every table after the run: the QPs of closed connections are gone from it.
+    for n in nodes:
+        reads[n] = max(reads.get(n, 0), end_ns) + sample_ns
+    return qps, reads
 
 
 def main():
