@@ -88,6 +88,7 @@ class Agent {
   std::unique_ptr<RdmaSource> rdma_;
 
   uint64_t captured_ = 0, batched_records_ = 0;
+  uint64_t counters_only_dropped_ = 0;  // RoCE flowlets left out in counters-only mode
   uint64_t base_gap_ns_ = 0, base_max_burst_ns_ = 0;
   Fd tfd_, ep_;  // the tick timerfd and the epoll set (open_events)
   int epfd_ = -1;
@@ -103,6 +104,7 @@ Counters Agent::counters() const {
   const auto& d = delivery_->stats();
   const auto& sp = spool_->stats();
   c["captured"] = captured_;
+  if (o_.rdma_counters_only) c["rdma_counters_only_dropped"] = counters_only_dropped_;
   c["batched"] = batched_records_;
   c["shipped"] = d.shipped_records;
   c["acked"] = d.acked_records;
@@ -146,6 +148,10 @@ Hello Agent::make_hello() {
 }
 
 void Agent::on_flowlet(const np_flowlet& f) {
+  if (o_.rdma_counters_only && f.key.proto == NP_PROTO_ROCE) {
+    ++counters_only_dropped_;  // as if the NIC had offloaded it: the counters source stands for it
+    return;
+  }
   Flowlet w = f;
   w.first_ns = clock_.to_realtime(f.first_ns);
   w.last_ns = clock_.to_realtime(f.last_ns);
@@ -246,6 +252,12 @@ bool Agent::setup(std::string& err) {
     ro.qp_refresh_ns = o_.rdma_qp_refresh_ns;
     ro.gap_ns = base_gap_ns_;
     ro.max_burst_ns = base_max_burst_ns_;
+    if (o_.rdma_counters_only) {
+      // The per-port series at the sampling resolution (one burst per active interval) and the QP table's
+      // PSNs read with every sample: what the counters source splits the port's bytes among peers by.
+      ro.series = true;
+      ro.qp_refresh_ns = o_.rdma_sample_ns;
+    }
     rdma_ = std::make_unique<RdmaSource>(ro, clock_);
   }
 

@@ -22,6 +22,8 @@ struct RdmaSourceOptions {
   uint64_t qp_refresh_ns = 0;
   uint64_t gap_ns = 0;  // the probe's burst rule
   uint64_t max_burst_ns = 0;
+  // Counters-only mode: one burst per active sampling interval (the port's byte series), whatever the gap.
+  bool series = false;
 };
 
 class RdmaSource {
