@@ -14,8 +14,6 @@
 // placed inside it at all (its rate is unknown). Measured on recordings: tests/e2e/counters_derived.py.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <set>
 #include <tuple>
 
@@ -25,6 +23,8 @@
 namespace netprism::analysis {
 namespace {
 
+// RoCE's usual path MTU (ConnectX default with a 9000-byte Ethernet MTU; 1024 with 1500): bytes per PSN.
+constexpr double kRoceMtu = 4096;
 constexpr uint64_t kBinNs = 1'000'000;  // 1 ms grid: a tenth of the sampling interval
 // Runs of one pair's bins merge across gaps up to this (the split can leave a bin or two of a transfer to
 // another peer where both were receiving).
@@ -50,8 +50,6 @@ constexpr uint16_t kRoceV2Port = 4791;
 // yet not excluded when the PSN reads and the port counters straddle a bin differently.
 constexpr double kPsnFloor = 1e-3;
 constexpr uint32_t kPsnMask = 0xffffff;  // PSNs are 24 bits
-// RoCE's usual path MTU (ConnectX default with a 9000-byte Ethernet MTU; 1024 with 1500): bytes per PSN.
-constexpr double kRoceMtu = 4096;
 constexpr uint16_t kFin = 0x01;
 
 using Series = std::map<uint64_t, double>;  // bin -> bytes
@@ -109,8 +107,14 @@ std::map<std::string, NodeSeries> node_series(const std::vector<NodePortBurst>& 
   for (const auto& nb : bursts) {
     const RdmaPortBurst& b = nb.burst;
     auto& [x, r] = ports[{nb.node, b.device, b.port}];
-    if (b.xmit_bytes) x.push_back({b.first_ns, b.last_ns, static_cast<double>(b.xmit_bytes)});
-    if (b.rcv_bytes) r.push_back({b.first_ns, b.last_ns, static_cast<double>(b.rcv_bytes)});
+    // Soft-RoCE has no byte counters (agent/rdma/sysfs.hpp: packets from hw_counters only): packets x MTU
+    // stand for its bytes (volumes are compared among peers, which share the MTU).
+    auto bytes = [](uint64_t b, uint64_t pk) {
+      return b ? static_cast<double>(b) : static_cast<double>(pk) * kRoceMtu;
+    };
+    if (b.xmit_bytes || b.xmit_packets)
+      x.push_back({b.first_ns, b.last_ns, bytes(b.xmit_bytes, b.xmit_packets)});
+    if (b.rcv_bytes || b.rcv_packets) r.push_back({b.first_ns, b.last_ns, bytes(b.rcv_bytes, b.rcv_packets)});
   }
   std::map<std::string, NodeSeries> out;
   auto by_start = [](const Interval& a, const Interval& b) { return a.t0 < b.t0; };
@@ -368,12 +372,6 @@ Prior evidence(const Graph& g) {
     for (const auto& [j, v] : by_peer)
       if (in_bulk > 0) p.bulk_share[{i, j}] = v / in_bulk;
   }
-  if (getenv("NP_COUNTERS_DEBUG"))
-    for (const auto& [k, m] : p.ev) {
-      fprintf(stderr, "ev %s->%s:", g.nodes[k.first].c_str(), g.nodes[k.second].c_str());
-      for (const auto& [c, v] : m) fprintf(stderr, " %d:%.0f", c, v);
-      fprintf(stderr, "\n");
-    }
   return p;
 }
 
@@ -516,16 +514,6 @@ std::vector<FlowEvent> counter_events(const Input& in) {
       if (e.bytes > 0) out.push_back(std::move(e));
     }
     if (out.size() > first && closed.count(std::minmax(src, dst))) out.back().tcp_flags |= kFin;
-    if (getenv("NP_COUNTERS_DEBUG")) {
-      double tot = 0;
-      for (size_t k = first; k < out.size(); ++k) tot += out[k].bytes;
-      fprintf(stderr, "pair %s->%s events %zu bytes %.0f\n", src.c_str(), dst.c_str(), out.size() - first,
-              tot);
-      if (getenv("NP_COUNTERS_DEBUG")[0] == '2')
-        for (size_t k = first; k < out.size(); ++k)
-          fprintf(stderr, "  %.1f %.1f %lu\n", (out[k].first_ns % 100000000000ull) / 1e6,
-                  (out[k].last_ns % 100000000000ull) / 1e6, out[k].bytes);
-    }
   }
   std::sort(out.begin(), out.end(),
             [](const FlowEvent& a, const FlowEvent& b) { return a.first_ns < b.first_ns; });
