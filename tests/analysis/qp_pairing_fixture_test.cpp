@@ -106,8 +106,10 @@ TEST(QpPairingFixture, SameQpnsOnTwoNodePairsResolvedByCounters) {
     auto burst = [&](const char* node, uint64_t x, uint64_t r) {
       in.rdma_bursts.push_back({node, {"rxe0", 1, t, t + 10 * ms, x, r, 0, 0}});
     };
-    if (k % 2 == 0) burst("n0", 1 << 20, 0), burst("n1", 0, 1 << 20);
-    else burst("n2", 1 << 20, 0), burst("n3", 0, 1 << 20);
+    if (k % 2 == 0)
+      burst("n0", 1 << 20, 0), burst("n1", 0, 1 << 20);
+    else
+      burst("n2", 1 << 20, 0), burst("n3", 0, 1 << 20);
   }
   std::set<std::pair<std::string, std::string>> pairs;
   uint64_t bytes = 0;
