@@ -47,7 +47,8 @@ NP_RECORD(RdmaCounterSample, "rdma_sample", device, port, ts_ns, xmit_bytes, rcv
           rcv_packets, hw)
 NP_RECORD(RdmaPortBurst, "rdma_burst", device, port, first_ns, last_ns, xmit_bytes, rcv_bytes, xmit_packets,
           rcv_packets)
-NP_RECORD(QpEntry, "qp", device, port, lqpn, rqpn, type, state, src_addr, dst_addr, pid, comm, sq_psn, rq_psn)
+NP_RECORD(QpEntry, "qp", device, port, lqpn, rqpn, type, state, src_addr, dst_addr, pid, comm, sq_psn, rq_psn,
+          ts_ns)
 NP_RECORD(InterfaceInfo, "interface", name, ifindex, addrs)
 NP_RECORD(ClockInfo, "hello.clock", source, synced, est_error_ns)
 NP_RECORD(Hello, "hello", node, agent_version, epoch, interfaces, clock, sent_ns)
@@ -60,7 +61,7 @@ NP_RECORD(Heartbeat, "heartbeat", node, epoch, sent_ns, counters)
 template <class T>
 inline constexpr std::size_t kRequiredFields = Record<T>::fields;
 template <>
-inline constexpr std::size_t kRequiredFields<QpEntry> = 10;  // sq_psn, rq_psn appended
+inline constexpr std::size_t kRequiredFields<QpEntry> = 10;  // sq_psn, rq_psn, ts_ns appended
 
 // The flowlet: flowlet.h's fields, then two reserved nils.
 template <>

@@ -70,7 +70,11 @@ void RdmaSource::refresh_qps(uint64_t now, Batcher& out) {
     return;
   }
   qp_rows_ = qps.size();
-  for (auto& q : qps) out.add(q, now);
+  last_qp_read_ns_ = clock_.to_realtime(now);
+  for (auto& q : qps) {
+    q.ts_ns = last_qp_read_ns_;  // the PSNs' time: the counters source differences them between reads
+    out.add(q, now);
+  }
 }
 
 void RdmaSource::finish(uint64_t now, Batcher& out) {
@@ -98,6 +102,8 @@ void RdmaSource::add_counters(Counters& c) const {
   }
   c["rdma_read_errors"] = read_errors_;
   c["rdma_qps"] = qp_rows_;
+  // The last QP table read even when it listed nothing: a QP absent from it is gone (counters source).
+  if (last_qp_read_ns_) c["rdma_qp_table_read_ns"] = last_qp_read_ns_;
 }
 
 }  // namespace netprism::agent

@@ -137,6 +137,7 @@ struct QpEntry {
   // activity that the port counters, summed over every QP, cannot give. 0 from older agents.
   uint32_t sq_psn = 0;
   uint32_t rq_psn = 0;
+  uint64_t ts_ns = 0;  // when the table holding this row was read (Unix ns); 0 from older agents
   bool operator==(const QpEntry&) const = default;
 };
 

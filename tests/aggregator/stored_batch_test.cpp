@@ -263,7 +263,7 @@ TEST(StoredBatch, RowsOfTheCurrentColumnFormatArePinned) {
   EXPECT_EQ(*d, pinned::batch());
 }
 
-// A row an earlier build stored (QpEntry of 10 fields, before sq_psn/rq_psn) decodes, the PSNs 0.
+// A row an earlier build stored (QpEntry of 10 fields, before sq_psn/rq_psn/ts_ns) decodes, the PSNs 0.
 TEST(StoredBatch, RowsWithQpEntriesOfEarlierBuildsDecode) {
   std::string err;
   auto d = store::decode_stored(pinned::kBatchStoredQpV10, err);

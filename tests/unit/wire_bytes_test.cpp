@@ -29,7 +29,7 @@ TEST(WireBytes, EncodingsArePinned) {
   expect_pinned(pinned::heartbeat(), pinned::kHeartbeatWire);
 }
 
-// A batch an earlier build wrote (QpEntry of 10 fields, before sq_psn/rq_psn) decodes, the PSNs 0.
+// A batch an earlier build wrote (QpEntry of 10 fields, before sq_psn/rq_psn/ts_ns) decodes, the PSNs 0.
 TEST(WireBytes, BatchWithQpEntriesOfEarlierBuildsDecodes) {
   auto r = wire::decode(pinned::kBatchWireQpV10);
   ASSERT_TRUE(r) << r.error;
