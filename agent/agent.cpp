@@ -43,6 +43,7 @@ class Agent {
  private:
   bool setup(std::string& err);
   void on_flowlet(const np_flowlet& f);
+  RdmaSourceOptions rdma_options() const;
   void seal_and_submit();
   void run_budget(uint64_t now);
   void apply_level();
@@ -88,6 +89,7 @@ class Agent {
   std::unique_ptr<RdmaSource> rdma_;
 
   uint64_t captured_ = 0, batched_records_ = 0;
+  uint64_t counters_only_dropped_ = 0;  // RoCE flowlets left out in counters-only mode
   uint64_t base_gap_ns_ = 0, base_max_burst_ns_ = 0;
   Fd tfd_, ep_;  // the tick timerfd and the epoll set (open_events)
   int epfd_ = -1;
@@ -103,6 +105,7 @@ Counters Agent::counters() const {
   const auto& d = delivery_->stats();
   const auto& sp = spool_->stats();
   c["captured"] = captured_;
+  if (o_.rdma_counters_only) c["rdma_counters_only_dropped"] = counters_only_dropped_;
   c["batched"] = batched_records_;
   c["shipped"] = d.shipped_records;
   c["acked"] = d.acked_records;
@@ -146,6 +149,10 @@ Hello Agent::make_hello() {
 }
 
 void Agent::on_flowlet(const np_flowlet& f) {
+  if (o_.rdma_counters_only && f.key.proto == NP_PROTO_ROCE) {
+    ++counters_only_dropped_;  // as if the NIC had offloaded it: the counters source stands for it
+    return;
+  }
   Flowlet w = f;
   w.first_ns = clock_.to_realtime(f.first_ns);
   w.last_ns = clock_.to_realtime(f.last_ns);
@@ -161,6 +168,24 @@ void Agent::seal_and_submit() {
   batched_records_ += n;
   Batch b = batcher_->seal(real_now_ns(), counters());
   delivery_->submit({b.epoch, b.seq}, wire::encode(b), n);
+}
+
+// The RDMA source's settings: the agent's, with the probe's burst rule.
+RdmaSourceOptions Agent::rdma_options() const {
+  RdmaSourceOptions ro;
+  ro.sysfs_root = o_.rdma_sysfs;
+  ro.sample_ns = o_.rdma_sample_ns;
+  ro.ship_samples_ns = o_.rdma_ship_samples_ns;
+  ro.qp_refresh_ns = o_.rdma_qp_refresh_ns;
+  ro.gap_ns = base_gap_ns_;
+  ro.max_burst_ns = base_max_burst_ns_;
+  if (o_.rdma_counters_only) {
+    // The per-port series at the sampling resolution (one burst per active interval) and the QP table's
+    // PSNs read with every sample: what the counters source splits the port's bytes among peers by.
+    ro.series = true;
+    ro.qp_refresh_ns = o_.rdma_sample_ns;
+  }
+  return ro;
 }
 
 bool Agent::setup(std::string& err) {
@@ -238,16 +263,7 @@ bool Agent::setup(std::string& err) {
   batcher_ = std::make_unique<Batcher>(node_, epoch_, o_.batching);
   budget_ = std::make_unique<Budget>(o_.budget);
 
-  if (o_.rdma_enabled) {
-    RdmaSourceOptions ro;
-    ro.sysfs_root = o_.rdma_sysfs;
-    ro.sample_ns = o_.rdma_sample_ns;
-    ro.ship_samples_ns = o_.rdma_ship_samples_ns;
-    ro.qp_refresh_ns = o_.rdma_qp_refresh_ns;
-    ro.gap_ns = base_gap_ns_;
-    ro.max_burst_ns = base_max_burst_ns_;
-    rdma_ = std::make_unique<RdmaSource>(ro, clock_);
-  }
+  if (o_.rdma_enabled) rdma_ = std::make_unique<RdmaSource>(rdma_options(), clock_);
 
   DeliveryOptions dopt = o_.delivery;
   dopt.endpoint = o_.aggregator;
@@ -342,8 +358,8 @@ void Agent::shutdown() {
   release_probe();
 }
 
-// Signals are blocked before anything is attached: a SIGTERM during start-up waits in the signalfd and leads
-// to the normal clean shutdown instead of killing the process with filters attached.
+// Signals are blocked before anything is attached: a SIGTERM during start-up waits in the signalfd and
+// leads to the normal clean shutdown instead of killing the process with filters attached.
 Fd block_stop_signals() {
   sigset_t mask;
   sigemptyset(&mask);

@@ -63,6 +63,9 @@ int main(int argc, char** argv) {
   app.add_option("--spool-dir", o.spool_dir,
                  "where unacknowledged batches wait (default /var/lib/netprism/agent/spool)");
   app.add_option("--rdma-sysfs", o.rdma_sysfs, "RDMA sysfs root (default /sys/class/infiniband)");
+  app.add_flag("--rdma-counters-only", o.rdma_counters_only,
+               "RDMA seen through port counters and the QP table only, as on NICs whose RoCE bypasses tc/XDP "
+               "(RoCE flowlets of the probe dropped; TCP/UDP still watched)");
   app.add_option("--key", o.key_file, "this agent's CURVE secret key file (netprism keygen)");
   app.add_option("--server-pub", o.server_pub_file, "the aggregator's CURVE public key file");
   app.add_flag("--insecure", o.insecure, "plain TCP without CURVE (an aggregator run with insecure = true)");
@@ -80,7 +83,7 @@ int main(int argc, char** argv) {
     if (!loaded) return cli::fail(prog, loaded.error);
     std::set<std::string> given;
     for (const char* f : {"aggregator", "node", "iface", "mode", "spool-dir", "rdma-sysfs", "key",
-                          "server-pub", "insecure", "probe-variant"})
+                          "server-pub", "insecure", "probe-variant", "rdma-counters-only"})
       if (app.count(std::string("--") + f)) {
         std::string k = f;
         for (auto& ch : k)

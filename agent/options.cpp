@@ -31,6 +31,7 @@ config::Schema agent_schema() {
       {"probe.idle_flush_ms", Type::kInteger},
       {"probe.variant", Type::kString},
       {"rdma.enabled", Type::kBool},
+      {"rdma.counters_only", Type::kBool},
       {"rdma.sample_interval_ms", Type::kInteger},
       {"rdma.ship_samples_ms", Type::kInteger},
       {"rdma.qp_refresh_ms", Type::kInteger},
@@ -86,6 +87,8 @@ std::string apply_config(const config::Values& v, const std::set<std::string>& f
   num("probe.max_burst_ms", ms, o.probe_max_burst_ns);
   num("probe.idle_flush_ms", ms, o.idle_flush_ns);
   if (auto x = config::get<bool>(v, "rdma.enabled")) o.rdma_enabled = *x;
+  if (auto x = config::get<bool>(v, "rdma.counters_only"); x && !flags_given.count("rdma_counters_only"))
+    o.rdma_counters_only = *x;
   num("rdma.sample_interval_ms", ms, o.rdma_sample_ns);
   num("rdma.ship_samples_ms", ms, o.rdma_ship_samples_ns);
   num("rdma.qp_refresh_ms", ms, o.rdma_qp_refresh_ns);

@@ -48,6 +48,13 @@ struct AgentOptions {
   uint64_t rdma_sample_ns = 10'000'000ull;
   uint64_t rdma_ship_samples_ns = 1'000'000'000ull;  // raw cumulative samples shipped once a second
   uint64_t rdma_qp_refresh_ns = 5'000'000'000ull;    // QP tables change when jobs start or stop
+  // Counters-only mode (`--rdma-counters-only`, rdma.counters_only): what an agent can see on a NIC whose
+  // RoCE traffic bypasses the kernel. The probe's RoCE flowlets are dropped (it keeps watching TCP/UDP, e.g.
+  // the jobs' bootstrap connections); each port's counters are shipped as one burst per active sampling
+  // interval (the per-port byte series) and the QP table, with its PSNs (per-QP packet counts), is read at
+  // every sample. The aggregator's counters source (aggregator/analysis/counters.hpp) makes transfers of
+  // them.
+  bool rdma_counters_only = false;
 
   uint64_t clock_recalibrate_ns = 10'000'000'000ull;  // NTP slews at most 500 ppm: <= 5 ms drift in 10 s,
                                                       // and chrony typically slews far less

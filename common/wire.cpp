@@ -402,12 +402,25 @@ void read_record(Reader& r, T& v) {
     if (r.flowlet_fast(v)) return;
     v = Flowlet{};  // the checked path starts from zeros, as always
   }
-  record(r, R::fields, R::name, [&] {
+  if constexpr (kRequiredFields<T> < R::fields) {
+    // A record from an older sender may lack the appended fields: read what it has, defaults for the rest.
+    const uint32_t k = r.fields(kRequiredFields<T>, What(R::name));
+    std::size_t i = 0;
     R::each(v, [&](const char* field, auto& m, auto tag) {
+      if (i++ >= k) return;
       read(r, m, What(R::name, field));
       after_field(v, m, tag);
     });
-  });
+    if (k > R::fields) r.skip(k - R::fields);
+    r.close();
+  } else {
+    record(r, R::fields, R::name, [&] {
+      R::each(v, [&](const char* field, auto& m, auto tag) {
+        read(r, m, What(R::name, field));
+        after_field(v, m, tag);
+      });
+    });
+  }
   after_record(v);
 }
 

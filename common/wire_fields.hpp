@@ -47,13 +47,21 @@ NP_RECORD(RdmaCounterSample, "rdma_sample", device, port, ts_ns, xmit_bytes, rcv
           rcv_packets, hw)
 NP_RECORD(RdmaPortBurst, "rdma_burst", device, port, first_ns, last_ns, xmit_bytes, rcv_bytes, xmit_packets,
           rcv_packets)
-NP_RECORD(QpEntry, "qp", device, port, lqpn, rqpn, type, state, src_addr, dst_addr, pid, comm)
+NP_RECORD(QpEntry, "qp", device, port, lqpn, rqpn, type, state, src_addr, dst_addr, pid, comm, sq_psn, rq_psn,
+          ts_ns)
 NP_RECORD(InterfaceInfo, "interface", name, ifindex, addrs)
 NP_RECORD(ClockInfo, "hello.clock", source, synced, est_error_ns)
 NP_RECORD(Hello, "hello", node, agent_version, epoch, interfaces, clock, sent_ns)
 NP_RECORD(Batch, "batch", node, epoch, seq, sent_ns, flowlets, rdma_samples, rdma_bursts, qps, counters)
 NP_RECORD(Ack, "ack", epoch, seq, status, reason, server_ns)
 NP_RECORD(Heartbeat, "heartbeat", node, epoch, sent_ns, counters)
+
+// Fields a decoder requires of a record: all, except where a field was appended later (a record from an
+// older sender then lacks it and the field keeps its default).
+template <class T>
+inline constexpr std::size_t kRequiredFields = Record<T>::fields;
+template <>
+inline constexpr std::size_t kRequiredFields<QpEntry> = 10;  // sq_psn, rq_psn, ts_ns appended
 
 // The flowlet: flowlet.h's fields, then two reserved nils.
 template <>

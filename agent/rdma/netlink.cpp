@@ -196,6 +196,12 @@ NlParseResult parse_qp_messages(const uint8_t* buf, std::size_t len, std::vector
               case RDMA_NLDEV_ATTR_RES_RQPN:
                 get_u32(a, q.rqpn);
                 break;
+              case RDMA_NLDEV_ATTR_RES_SQ_PSN:
+                get_u32(a, q.sq_psn);
+                break;
+              case RDMA_NLDEV_ATTR_RES_RQ_PSN:
+                get_u32(a, q.rq_psn);
+                break;
               case RDMA_NLDEV_ATTR_RES_TYPE:
                 if (get_u8(a, u8)) q.type = qp_type_name(u8);
                 break;

@@ -19,7 +19,8 @@ RdmaSource::RdmaSource(const RdmaSourceOptions& o, const MonoToRealtime& clock) 
     qp_available_ = false;
     return;
   }
-  tracker_ = std::make_unique<RdmaBurstTracker>(effective_gap(), std::max(o_.max_burst_ns, effective_gap()));
+  tracker_ = std::make_unique<RdmaBurstTracker>(
+      effective_gap(), o_.series ? o_.sample_ns : std::max(o_.max_burst_ns, effective_gap()));
   log_info("RDMA: " + std::to_string(verbs_ports.size()) + " verbs ports, " + std::to_string(ports_.size()) +
            " sysfs ports under " + o_.sysfs_root + " sampled every " +
            std::to_string(o_.sample_ns / 1'000'000) + " ms" + (verr.empty() ? "" : " (" + verr + ")"));
@@ -69,7 +70,11 @@ void RdmaSource::refresh_qps(uint64_t now, Batcher& out) {
     return;
   }
   qp_rows_ = qps.size();
-  for (auto& q : qps) out.add(q, now);
+  last_qp_read_ns_ = clock_.to_realtime(now);
+  for (auto& q : qps) {
+    q.ts_ns = last_qp_read_ns_;  // the PSNs' time: the counters source differences them between reads
+    out.add(q, now);
+  }
 }
 
 void RdmaSource::finish(uint64_t now, Batcher& out) {
@@ -83,7 +88,7 @@ void RdmaSource::finish(uint64_t now, Batcher& out) {
 void RdmaSource::set_gap_multiplier(uint32_t m) {
   if (!tracker_) return;
   uint64_t gap = effective_gap() * m;
-  tracker_->set_thresholds(gap, std::max(o_.max_burst_ns * m, gap));
+  tracker_->set_thresholds(gap, o_.series ? o_.sample_ns * m : std::max(o_.max_burst_ns * m, gap));
 }
 
 void RdmaSource::add_counters(Counters& c) const {
@@ -97,6 +102,8 @@ void RdmaSource::add_counters(Counters& c) const {
   }
   c["rdma_read_errors"] = read_errors_;
   c["rdma_qps"] = qp_rows_;
+  // The last QP table read even when it listed nothing: a QP absent from it is gone (counters source).
+  if (last_qp_read_ns_) c["rdma_qp_table_read_ns"] = last_qp_read_ns_;
 }
 
 }  // namespace netprism::agent

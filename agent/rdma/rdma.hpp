@@ -22,6 +22,8 @@ struct RdmaSourceOptions {
   uint64_t qp_refresh_ns = 0;
   uint64_t gap_ns = 0;  // the probe's burst rule
   uint64_t max_burst_ns = 0;
+  // Counters-only mode: one burst per active sampling interval (the port's byte series), whatever the gap.
+  bool series = false;
 };
 
 class RdmaSource {
@@ -50,6 +52,7 @@ class RdmaSource {
   std::unique_ptr<RdmaBurstTracker> tracker_;
   bool qp_available_ = true;
   uint64_t qp_rows_ = 0, read_errors_ = 0;
+  uint64_t last_qp_read_ns_ = 0;  // Unix ns
   uint64_t next_sample_ = 0, next_ship_ = 0, next_qp_ = 0;
 };
 

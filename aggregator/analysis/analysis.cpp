@@ -5,6 +5,7 @@
 #include <set>
 
 #include "analysis.hpp"
+#include "counters.hpp"
 #include "stages.hpp"
 
 namespace netprism::analysis {
@@ -67,9 +68,10 @@ std::vector<Iteration> iterations_of(const Normalized& n, const JobSlice& slice,
   return its;
 }
 
-Result analyze(const Input& in) {
+namespace {
+
+Result analyze_normalized(const Normalized& n, const Fabric& fabric, bool with_counters) {
   Result r;
-  Normalized n = normalize(in);
   std::vector<JobDirections> crossing;  // with a fabric: each job's directions, aligned with r.jobs
   for (const JobSlice& slice : group_jobs(n)) {
     Job j;
@@ -77,6 +79,11 @@ Result analyze(const Input& in) {
     j.id = job_id(j.nodes, slice.first_ns, slice.id_salt);
     j.first_ns = slice.first_ns;
     j.last_ns = slice.last_ns;
+    if (with_counters)
+      j.source = std::any_of(slice.conns.begin(), slice.conns.end(),
+                             [&](uint32_t c) { return n.conns[c].from_counters; })
+                     ? "counters"
+                     : "probe";
 
     Structure s = infer_structure(n, slice);
     j.parallelism = parallelism_of(n, slice, s);
@@ -85,14 +92,27 @@ Result analyze(const Input& in) {
     j.step_time_ms = t.step_ns / 1e6;
     j.state = job_state(n, slice, t.step_ns, j.iterations.size());
     j.findings = diagnose(n, slice, s, t, j.iterations, j.state, n.now_ns, j.id);
-    if (!in.fabric.empty()) crossing.push_back({j.id, direction_states(n, slice, s, t, j.iterations.size())});
+    if (!fabric.empty()) crossing.push_back({j.id, direction_states(n, slice, s, t, j.iterations.size())});
     r.jobs.push_back(std::move(j));
   }
   // Across jobs: the fabric's links and switches that every job crossing them finds slow.
-  auto fabric = fabric_findings(in.fabric, crossing);
-  for (size_t k = 0; k < fabric.size(); ++k)
-    for (Finding& f : fabric[k]) r.jobs[k].findings.push_back(std::move(f));
+  auto slow = fabric_findings(fabric, crossing);
+  for (size_t k = 0; k < slow.size(); ++k)
+    for (Finding& f : slow[k]) r.jobs[k].findings.push_back(std::move(f));
   return r;
+}
+
+}  // namespace
+
+Result analyze(const Input& in) {
+  if (in.rdma_bursts.empty() && in.qps.empty()) return analyze_normalized(normalize(in), in.fabric, false);
+  // RDMA counters present: their transfers join the observed events (counters.hpp), for the node pairs
+  // whose RDMA traffic the probe did not see.
+  Input merged = in;
+  std::vector<FlowEvent> extra = counter_events(in);
+  merged.events.insert(merged.events.end(), std::make_move_iterator(extra.begin()),
+                       std::make_move_iterator(extra.end()));
+  return analyze_normalized(normalize(merged), in.fabric, true);
 }
 
 }  // namespace netprism::analysis

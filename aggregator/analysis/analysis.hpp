@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "netprism/records.hpp"
+
 namespace netprism::analysis {
 
 // What every form of an observed event carries besides its names (observer and addresses): FlowEvent holds
@@ -21,9 +23,10 @@ struct EventFields {
   uint16_t src_port = 0;
   uint16_t dst_port = 0;
   uint32_t qpn = 0;
-  uint8_t proto = 0;       // enum np_proto
-  int8_t dir = -1;         // enum np_direction, or -1 when unknown (CSV)
-  uint16_t tcp_flags = 0;  // OR of flags seen (FIN 0x01, SYN 0x02, RST 0x04)
+  uint8_t proto = 0;           // enum np_proto
+  bool from_counters = false;  // made from RDMA port counters + QP table (counters_source.cpp), not observed
+  int8_t dir = -1;             // enum np_direction, or -1 when unknown (CSV)
+  uint16_t tcp_flags = 0;      // OR of flags seen (FIN 0x01, SYN 0x02, RST 0x04)
   uint64_t first_ns = 0;
   uint64_t last_ns = 0;
   uint64_t bytes = 0;
@@ -55,8 +58,26 @@ struct Fabric {
   bool empty() const { return switches.empty(); }
 };
 
+// What an agent reads of RDMA traffic its probe cannot see (hardware RoCE bypasses tc/XDP): one port's
+// activity burst (counter deltas; in counters-only mode one per active sampling interval, i.e. the port's
+// byte series) and one row of a node's QP table with the time it was read (counters_source.cpp).
+struct NodePortBurst {
+  std::string node;
+  RdmaPortBurst burst;
+};
+struct NodeQp {
+  std::string node;
+  uint64_t seen_ns = 0;  // when the agent read the table holding this row
+  QpEntry qp;
+};
+
 struct Input {
   std::vector<FlowEvent> events;
+  // RDMA counters source (empty without RDMA counters): per-port bursts, QP table rows, and per node the last
+  // time its QP table was read (a QP absent from that read is gone: its connection closed).
+  std::vector<NodePortBurst> rdma_bursts;
+  std::vector<NodeQp> qps;
+  std::map<std::string, uint64_t> qp_read_ns;
   std::map<std::string, std::string> addr_node;  // address -> node name (agent HELLOs or a topology file)
   Fabric fabric;                                 // the topology file's switch lines (fabric diagnosis)
   uint64_t now_ns = 0;  // "now" for live state (hung/idle); offline: the last event's time
@@ -110,6 +131,10 @@ struct Parallelism {
 
 struct Job {
   std::string id;
+  // Where the job's transfers came from: "probe" (observed flowlets / imported flows) or "counters" (RDMA
+  // port counter series attributed to peers through the QP table). Empty (and absent from the JSON documents,
+  // so outputs of inputs without RDMA counters stay as they were) when the input held no RDMA counters.
+  std::string source;
   std::vector<std::string> nodes;
   std::string state = "running";  // running | idle | hung | ended
   double step_time_ms = 0;
@@ -146,5 +171,8 @@ nlohmann::json perfetto(const Job& j);
 // Flow CSV import of contracts.md (+ optional topology file "IP NODE" per line). nullopt and a one-line
 // reason (with the line number) on bad input.
 std::optional<Input> load_csv(const std::string& path, const std::string& topology_path, std::string& err);
+// RDMA counters recording (docs/formats.md: per-node port bursts, QP rows, QP table read times) as input.
+std::optional<Input> load_rdma_counters(const std::string& path, const std::string& topology_path,
+                                        std::string& err);
 
 }  // namespace netprism::analysis

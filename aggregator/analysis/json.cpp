@@ -2,12 +2,21 @@
 
 namespace netprism::analysis {
 
+namespace {
+// `source` (counters.hpp) only where the input held RDMA counters: other outputs keep their exact form.
+nlohmann::json with_source(nlohmann::json d, const Job& j) {
+  if (!j.source.empty()) d["source"] = j.source;
+  return d;
+}
+}  // namespace
+
 nlohmann::json job_summary(const Job& j) {
-  return {{"id", j.id},
-          {"nodes", j.nodes},
-          {"state", j.state},
-          {"iterations", j.iterations.size()},
-          {"step_time_ms", j.step_time_ms}};
+  return with_source({{"id", j.id},
+                      {"nodes", j.nodes},
+                      {"state", j.state},
+                      {"iterations", j.iterations.size()},
+                      {"step_time_ms", j.step_time_ms}},
+                     j);
 }
 
 nlohmann::json job_detail(const Job& j) {
@@ -21,7 +30,7 @@ nlohmann::json job_detail(const Job& j) {
                         {"stages", j.parallelism.stages},
                         {"tp_hint", j.parallelism.tp_hint}}}};
   if (j.parallelism.ep > 1) d["parallelism"]["ep"] = j.parallelism.ep;
-  return d;
+  return with_source(std::move(d), j);
 }
 
 nlohmann::json timeline(const Job& j) {
@@ -41,7 +50,7 @@ nlohmann::json diagnosis(const Job& j) {
         {"kind", f.kind},         {"subject", f.subject},   {"first_iteration", f.first_iteration},
         {"start_ns", f.start_ns}, {"severity", f.severity}, {"evidence", f.evidence}};
     if (f.whatif_step_time_ms) e["whatif_step_time_ms"] = *f.whatif_step_time_ms;
-    fs.push_back(std::move(e));
+    fs.push_back(with_source(std::move(e), j));
   }
   return {{"job", j.id}, {"findings", fs}};
 }
@@ -59,6 +68,7 @@ Job job_from_json(const nlohmann::json& d) {
   j.id = d.value("id", "");
   j.nodes = d.value("nodes", std::vector<std::string>{});
   j.state = d.value("state", "ended");
+  j.source = d.value("source", "");
   j.step_time_ms = d.value("step_time_ms", 0.0);
   if (auto p = d.find("parallelism"); p != d.end() && p->is_object()) {
     j.parallelism.dp = p->value("dp", 1);

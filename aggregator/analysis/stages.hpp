@@ -96,8 +96,9 @@ struct Conn {
   uint64_t xfers = 0;
   uint64_t first_ns = UINT64_MAX;  // any packet, data or not
   uint64_t last_ns = 0;
-  bool closed = false;  // FIN or RST seen in either direction by any observer
-  std::string label;    // "src:port<->dst:port" for evidence text
+  bool closed = false;         // FIN or RST seen in either direction by any observer
+  bool from_counters = false;  // its transfers were made from RDMA port counters (counters_source.cpp)
+  std::string label;           // "src:port<->dst:port" for evidence text
   // The endpoint pair regardless of ports: interned address ids in ConnKey order, and the protocol. The
   // short connections of one pair (one record per message: a QP or source port per RDMA message, NCCL's
   // several QPs per peer) are one grouping unit (see job_grouping.cpp).

@@ -165,10 +165,12 @@ void Invocation::define() {
       "--shard", shard_text,
       "with --clickhouse: only shard K of N of the jobs (K/N; jobs split by the nodes they span)");
   analyze
-      ->add_option("--format", format,
-                   "native, csv, or a capture of exporters' datagrams: ipfix (IPFIX/NetFlow v9) or sflow "
-                   "(default: native or csv by content)")
-      ->check(CLI::IsMember({"native", "csv", "ipfix", "sflow"}));
+      ->add_option(
+          "--format", format,
+          "native, csv, rdma-counters (RDMA port counters + QP tables, docs/formats.md), or a "
+          "capture of exporters' datagrams: ipfix (IPFIX/NetFlow v9) or sflow (default: native or csv "
+          "by content)")
+      ->check(CLI::IsMember({"native", "csv", "rdma-counters", "ipfix", "sflow"}));
   analyze->add_option("--topology", topology, "file of 'IP NODE' lines");
   analyze->add_option("--perfetto", perfetto_file, "also write every job's Chrome/Perfetto trace here");
   analyze->add_option("--since", since, "only records from this time on (Unix ns; also with --clickhouse)");
@@ -177,8 +179,9 @@ void Invocation::define() {
   rep = app.add_subcommand(
       "report", "fleet view: per job its nodes, hours observed, iterations, step time, time lost, faults");
   rep->add_option("--input", input, "report on a recording instead (as `analyze --input`)");
-  rep->add_option("--format", format, "with --input: native, csv, ipfix or sflow (default: by content)")
-      ->check(CLI::IsMember({"native", "csv", "ipfix", "sflow"}));
+  rep->add_option("--format", format,
+                  "with --input: native, csv, rdma-counters, ipfix or sflow (default: by content)")
+      ->check(CLI::IsMember({"native", "csv", "rdma-counters", "ipfix", "sflow"}));
   rep->add_option("--topology", topology, "with --input: file of 'IP NODE' lines");
   rep->add_flag("--watch", watch, "refresh continuously, like top");
   rep->add_option("--interval", interval, "seconds between refreshes")->check(CLI::Range(0.1, 3600.0));

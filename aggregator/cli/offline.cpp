@@ -85,13 +85,18 @@ analysis::Input load_native(store::Store& s, std::vector<std::string>& warnings)
           in.events.push_back(analysis::flow_event(b.node, f));
           in.now_ns = std::max<uint64_t>(in.now_ns, f.last_ns);
         }
+        // RDMA counters (counters-only agents): port bursts, QP rows at their read time, last table read.
+        for (const auto& r : b.rdma_bursts) in.rdma_bursts.push_back({b.node, r});
+        for (const auto& q : b.qps) in.qps.push_back({b.node, q.ts_ns ? q.ts_ns : b.sent_ns, q});
+        if (auto it = b.counters.find("rdma_qp_table_read_ns"); it != b.counters.end())
+          in.qp_read_ns[b.node] = std::max(in.qp_read_ns[b.node], it->second);
       },
       [&](const std::string& e) { warnings.push_back(e); });
   return in;
 }
 
 Analysed stream_native(store::Store& s, const std::map<std::string, std::string>& addr_node, TimeRange range,
-                       std::vector<std::string>& warnings) {
+                       std::vector<std::string>& warnings, bool* rdma_counters) {
   // Exact as analyze() (Input::offline): connections are never forgotten and no transfer is evicted early
   // (no window, no bounds); what bounds memory is the passes, which keep each job's transfers only as far
   // back as its tail.
@@ -114,6 +119,7 @@ Analysed stream_native(store::Store& s, const std::map<std::string, std::string>
   s.scan_batches(
       std::nullopt, range.since, range.until,
       [&](const Batch& b, uint64_t) {
+        if (rdma_counters && !b.rdma_bursts.empty()) *rdma_counters = true;
         events += feed.add(b.node, b.flowlets, skip);
         if (now < next_pass) return;
         if (next_pass > 0) engine.pass(now);
@@ -146,8 +152,12 @@ void clip(analysis::Input& in, TimeRange range) {
   std::erase_if(in.events, [&](const analysis::FlowEvent& e) {
     return e.last_ns < range.since || e.first_ns > range.until;
   });
+  std::erase_if(in.rdma_bursts, [&](const analysis::NodePortBurst& b) {
+    return b.burst.last_ns < range.since || b.burst.first_ns > range.until;
+  });
   in.now_ns = 0;
   for (const auto& e : in.events) in.now_ns = std::max(in.now_ns, e.last_ns);
+  for (const auto& b : in.rdma_bursts) in.now_ns = std::max(in.now_ns, b.burst.last_ns);
 }
 }  // namespace
 
@@ -164,8 +174,9 @@ std::optional<Analysed> analyze_recording(const std::string& input, std::string 
   analysis::Input in;
   ProgressLine line;
   progress("netprism: reading " + input + " ...");
-  if (format == "csv") {
-    auto r = analysis::load_csv(input, topology, err);
+  if (format == "csv" || format == "rdma-counters") {
+    auto r = format == "csv" ? analysis::load_csv(input, topology, err)
+                             : analysis::load_rdma_counters(input, topology, err);
     if (!r) return std::nullopt;
     in = std::move(*r);
   } else if (auto proto = flowin::parse_protocol(format)) {
@@ -195,7 +206,17 @@ std::optional<Analysed> analyze_native(const std::string& input, const std::stri
     auto addr_node = store::addr_nodes(s.nodes());
     if (!topology.empty() && !analysis::load_topology(topology, addr_node, err)) return std::nullopt;
     std::vector<std::string> warnings;
-    auto r = stream_native(s, addr_node, range, warnings);
+    bool rdma_counters = false;
+    auto r = stream_native(s, addr_node, range, warnings, &rdma_counters);
+    if (rdma_counters) {
+      // RDMA port counters recorded (counters-only agents): the counters source is analyze()'s
+      // (counters.hpp), over the whole recording in memory (such recordings are of RDMA jobs, their bursts
+      // per 10 ms).
+      analysis::Input in = load_native(s, warnings);
+      in.addr_node = addr_node;
+      clip(in, range);
+      r = Analysed{analysis::analyze(in), in.now_ns};
+    }
     progress_done();
     for (const auto& w : warnings) std::cerr << "netprism: warning: " << w << "\n";
     return r;

@@ -17,7 +17,8 @@
 namespace netprism::cli {
 
 // Every stored flowlet but netprism's own traffic as analysis input, addresses mapped to nodes by the
-// agents' HELLOs: the offline analysis of a data dir or a recording. Unreadable batches are warnings.
+// agents' HELLOs, and the RDMA counters (bursts, QP rows, table reads): the offline analysis of a data dir or
+// a recording. Unreadable batches are warnings.
 analysis::Input load_native(store::Store& s, std::vector<std::string>& warnings);
 
 // Records analysed: those overlapping [since, until] (Unix ns, both included), `analyze --since/--until`.
@@ -50,8 +51,11 @@ std::optional<Analysed> analyze_recording(const std::string& input, std::string 
 // as a recording's (Input::offline): memory bounded by the tails and one batch, not by the recording. The
 // result is analyze()'s over load_native() (golden_outputs pins it). addr_node: the agents' HELLOs (plus a
 // topology file).
+// rdma_counters (optional): set when the recording holds RDMA port bursts (counters-only agents), which this
+// streaming pass does not use; analyze_native() then analyses the recording through analyze()'s counters
+// source.
 Analysed stream_native(store::Store& s, const std::map<std::string, std::string>& addr_node, TimeRange range,
-                       std::vector<std::string>& warnings);
+                       std::vector<std::string>& warnings, bool* rdma_counters = nullptr);
 std::optional<Analysed> analyze_native(const std::string& input, const std::string& topology, TimeRange range,
                                        std::string& err);
 // 60 s of traffic between passes: each pass re-reads every job's tail (at least 30 s, incremental.hpp), so

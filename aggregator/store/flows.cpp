@@ -74,11 +74,44 @@ struct Totals {
   uint64_t bytes = 0, payload = 0, packets = 0;
   uint64_t first = std::numeric_limits<uint64_t>::max(), last = 0;
 };
+// One RDMA port's counter totals over the range (agents' RdmaPortBursts): traffic the probe may not see.
+struct PortTotals {
+  uint64_t xmit = 0, rcv = 0, xmit_packets = 0, rcv_packets = 0;
+  uint64_t first = std::numeric_limits<uint64_t>::max(), last = 0;
+};
+using PortKey = std::tuple<std::string, std::string, uint32_t>;  // node, device, port
+
+nlohmann::json port_rows(const std::map<PortKey, PortTotals>& ports) {
+  auto out = nlohmann::json::array();
+  for (const auto& [k, t] : ports)
+    out.push_back({{"node", std::get<0>(k)},
+                   {"device", std::get<1>(k)},
+                   {"port", std::get<2>(k)},
+                   {"xmit_bytes", t.xmit},
+                   {"rcv_bytes", t.rcv},
+                   {"xmit_packets", t.xmit_packets},
+                   {"rcv_packets", t.rcv_packets},
+                   {"first_ns", t.first},
+                   {"last_ns", t.last},
+                   {"source", "counters"}});
+  return out;
+}
 }  // namespace
 
 nlohmann::json query_flows(Store& s, const FlowQuery& q, const OwnTraffic& own) {
   std::map<Key, Totals> agg;
+  std::map<PortKey, PortTotals> ports;
   s.scan_batches(q.node, q.since, q.until, [&](const Batch& b, uint64_t) {
+    for (const auto& r : b.rdma_bursts) {
+      if (r.last_ns < q.since || r.first_ns > q.until) continue;
+      auto& t = ports[{b.node, r.device, r.port}];
+      t.xmit += r.xmit_bytes;
+      t.rcv += r.rcv_bytes;
+      t.xmit_packets += r.xmit_packets;
+      t.rcv_packets += r.rcv_packets;
+      t.first = std::min(t.first, r.first_ns);
+      t.last = std::max(t.last, r.last_ns);
+    }
     // Checked per batch (a few hundred flowlets): the clock read costs nothing next to the decode.
     if (q.deadline && std::chrono::steady_clock::now() > *q.deadline)
       throw QueryDeadline("flows query passed its deadline; narrow it with --node, --since/--until");
@@ -117,8 +150,13 @@ nlohmann::json query_flows(Store& s, const FlowQuery& q, const OwnTraffic& own) 
                      {"payload_bytes", t->payload},
                      {"packets", t->packets},
                      {"first_ns", t->first},
-                     {"last_ns", t->last}});
-  return {{"flows", flows}, {"truncated", truncated}, {"total_flows", agg.size()}};
+                     {"last_ns", t->last},
+                     {"source", "probe"}});
+  nlohmann::json doc = {{"flows", flows}, {"truncated", truncated}, {"total_flows", agg.size()}};
+  // RDMA port counters (source "counters"), present only when agents shipped any: flows are what the probe
+  // saw (source "probe"); on a NIC that bypasses the kernel its RDMA traffic is only here.
+  if (!ports.empty()) doc["rdma_ports"] = port_rows(ports);
+  return doc;
 }
 
 }  // namespace netprism::store

@@ -132,6 +132,12 @@ struct QpEntry {
   std::string dst_addr;
   uint32_t pid = 0;
   std::string comm;
+  // Next packet sequence number to send / expected (RDMA_NLDEV_ATTR_RES_SQ_PSN / RQ_PSN, 24 bits, RC/UC):
+  // each advances by one per packet, so two reads of the table give a QP's packets in between -- per-peer
+  // activity that the port counters, summed over every QP, cannot give. 0 from older agents.
+  uint32_t sq_psn = 0;
+  uint32_t rq_psn = 0;
+  uint64_t ts_ns = 0;  // when the table holding this row was read (Unix ns); 0 from older agents
   bool operator==(const QpEntry&) const = default;
 };
 

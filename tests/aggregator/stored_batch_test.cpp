@@ -263,6 +263,14 @@ TEST(StoredBatch, RowsOfTheCurrentColumnFormatArePinned) {
   EXPECT_EQ(*d, pinned::batch());
 }
 
+// A row an earlier build stored (QpEntry of 10 fields, before sq_psn/rq_psn/ts_ns) decodes, the PSNs 0.
+TEST(StoredBatch, RowsWithQpEntriesOfEarlierBuildsDecode) {
+  std::string err;
+  auto d = store::decode_stored(pinned::kBatchStoredQpV10, err);
+  ASSERT_TRUE(d) << err;
+  EXPECT_EQ(*d, pinned::batch());
+}
+
 // A corrupt value in a checked column is rejected with the field's name.
 TEST(StoredBatch, InvalidColumnValuesAreRejectedByName) {
   for (auto [field, bad] : {std::pair{"proto", 9}, {"dir", 2}, {"family", 5}}) {

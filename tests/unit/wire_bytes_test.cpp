@@ -29,6 +29,13 @@ TEST(WireBytes, EncodingsArePinned) {
   expect_pinned(pinned::heartbeat(), pinned::kHeartbeatWire);
 }
 
+// A batch an earlier build wrote (QpEntry of 10 fields, before sq_psn/rq_psn/ts_ns) decodes, the PSNs 0.
+TEST(WireBytes, BatchWithQpEntriesOfEarlierBuildsDecodes) {
+  auto r = wire::decode(pinned::kBatchWireQpV10);
+  ASSERT_TRUE(r) << r.error;
+  EXPECT_EQ(std::get<Batch>(r.message->body), pinned::batch());
+}
+
 // A batch of one flowlet whose every integer is a uint64 (0xcf + 8 bytes): legal msgpack for any value, and
 // the widest a flowlet gets (213 bytes), which the decoder's fast path must not assume away.
 std::string wide_batch(const Flowlet& f) {

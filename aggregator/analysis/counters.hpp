@@ -1,0 +1,58 @@
+// The RDMA counters source: transfers for the analysis made from what an agent can read when RDMA traffic
+// never reaches its probe (hardware RoCE NICs): per-port byte counters (sampled every 10 ms in counters-only
+// mode, shipped as one RdmaPortBurst per active sampling interval) and the QP table (RDMA netlink).
+//
+//   pair_qps       QP rows of all nodes -> node-to-node connections (an RC QP on node A whose remote QPN is
+//                  a QP on node B that names A's QP back; addresses from the CM table confirm the pair)
+//   counter_events per-node byte series + the pairing -> FlowEvents (proto roce, from_counters), one per run
+//                  of activity of one node pair, which the existing stages (normalize -> ... -> diagnosis)
+//                  take like the probe's flowlets.
+//
+// What per-port series cannot tell: which peer the bytes went to when a node talks to several peers at once.
+// counter_events splits each instant's sent bytes among the node's QP peers that were receiving at that
+// instant, fitting both sides' counters at once (iterative proportional fitting of the node-to-node matrix
+// to every node's sent and received bytes, restricted to QP-paired pairs). Patterns whose marginals are the
+// same either way stay ambiguous (a ring all-reduce in one direction or the other, both DP edges alike).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "analysis.hpp"
+
+namespace netprism::analysis {
+
+// One node-to-node connection made of QPs paired across two nodes.
+struct QpLink {
+  std::string a, b;  // nodes, a < b
+  uint32_t qpn_a = 0, qpn_b = 0;
+  bool by_address = false;  // the CM table's addresses confirm the pair (not only the QPNs)
+  bool closed = false;      // both nodes read their tables after the pair's QPs were last seen
+  uint64_t last_seen_ns = 0;
+};
+
+struct QpPairing {
+  std::vector<QpLink> links;  // one per QP pair, sorted by (a, b, qpn_a)
+  // QPN-only candidates that matched more than one peer QP (QPNs are per device and small: two node pairs
+  // can use the same numbers): left out here, resolved by the counters in counter_events.
+  struct Ambiguous {
+    std::string node;
+    uint32_t lqpn = 0;
+    std::vector<QpLink> candidates;
+  };
+  std::vector<Ambiguous> ambiguous;
+  size_t unpaired = 0;  // connected-type QPs with no peer QP in any node's table (peer without an agent)
+};
+
+// Pairs QP rows across nodes. addr_node maps addresses to nodes (HELLOs / topology), used when a row carries
+// the CM table's addresses; qp_read_ns is each node's last table read (Input::qp_read_ns).
+QpPairing pair_qps(const std::vector<NodeQp>& qps, const std::map<std::string, std::string>& addr_node,
+                   const std::map<std::string, uint64_t>& qp_read_ns);
+
+// Transfers made from the counters, for the node pairs the probe saw no RoCE traffic between (where the probe
+// sees the RDMA packets, its flowlets are exact and win).
+std::vector<FlowEvent> counter_events(const Input& in);
+
+}  // namespace netprism::analysis

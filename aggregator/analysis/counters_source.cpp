@@ -1,0 +1,523 @@
+// The RDMA counters source (counters.hpp): per-node byte series from port bursts, split among QP peers,
+// turned into transfers.
+//
+// Resolution. Counters-only agents sample every 10 ms, so a port's series says how many bytes moved in each
+// 10 ms interval, not when inside it. Two things recover time inside an interval:
+//  - a 1 ms grid: each node's intervals are placed on it as they were sampled (agents sample out of phase
+//    with one another), so the split below compares senders and receivers at 1 ms;
+//  - line-rate edges: the first and last interval of a run of activity usually hold less than a full
+//    interval's bytes; at the run's peak rate those bytes take only part of the interval, placed against the
+//    run (a run starts late in its first interval, ends early in its last). Collectives and pipeline sends
+//    run at line rate while they run, so the run's peak rate is their rate.
+// What still limits a timeline from counters: an iteration boundary (the end of a DP synchronisation) is
+// known to within the sub-interval estimate of one edge, and a burst shorter than an interval cannot be
+// placed inside it at all (its rate is unknown). Measured on recordings: tests/e2e/counters_derived.py.
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <tuple>
+
+#include "counters.hpp"
+#include "netprism/flowlet.h"
+
+namespace netprism::analysis {
+namespace {
+
+// RoCE's usual path MTU (ConnectX default with a 9000-byte Ethernet MTU; 1024 with 1500): bytes per PSN.
+constexpr double kRoceMtu = 4096;
+constexpr uint64_t kBinNs = 1'000'000;  // 1 ms grid: a tenth of the sampling interval
+// Runs of one pair's bins merge across gaps up to this (the split can leave a bin or two of a transfer to
+// another peer where both were receiving).
+constexpr uint64_t kMergeGapBins = 2;
+// A peer's share of a node's bytes in one bin below this is taken for fitting noise, not a transfer, and
+// given to the rest: a split by the priors' ratio would otherwise put a trickle of every DP synchronisation
+// on the pipeline pairs beside it.
+constexpr double kMinShare = 0.25;
+// Floor of a pair's prior, as a share of all unambiguous bytes (see evidence()).
+constexpr double kPriorFloor = 1e-3;
+// The split is fitted on a coarser grid than the series: one sampling interval (10 ms). Each node's counts
+// there are exact sums of what it read (its intervals straddle two such bins, out of phase with its peers',
+// spread alike on both ends of a transfer), so a sender's and its receivers' counts match bin by bin; on the
+// 1 ms grid they would match only up to where each end's edge estimate put them. The shares fitted per
+// coarse bin then split the sender's fine series.
+constexpr uint64_t kFitBins = 10;
+// Bytes sent while no QP peer was receiving in the same coarse bin go to the peers receiving in the
+// neighbouring bins.
+constexpr uint64_t kSearchBins = 1;
+constexpr int kFitRounds = 30;
+constexpr uint16_t kRoceV2Port = 4791;
+// A QP pair whose PSN did not move near a bin keeps this much weight there (in packets): next to nothing,
+// yet not excluded when the PSN reads and the port counters straddle a bin differently.
+constexpr double kPsnFloor = 1e-3;
+constexpr uint32_t kPsnMask = 0xffffff;  // PSNs are 24 bits
+constexpr uint16_t kFin = 0x01;
+
+using Series = std::map<uint64_t, double>;  // bin -> bytes
+
+// Places `bytes` uniformly over [t0, t1) on the grid.
+void spread(Series& s, uint64_t t0, uint64_t t1, double bytes) {
+  if (bytes <= 0) return;
+  if (t1 <= t0) {
+    s[t0 / kBinNs] += bytes;
+    return;
+  }
+  const double per_ns = bytes / static_cast<double>(t1 - t0);
+  for (uint64_t b = t0 / kBinNs; b * kBinNs < t1; ++b) {
+    uint64_t lo = std::max(t0, b * kBinNs), hi = std::min(t1, (b + 1) * kBinNs);
+    s[b] += per_ns * static_cast<double>(hi - lo);
+  }
+}
+
+struct Interval {
+  uint64_t t0, t1;
+  double bytes;
+};
+
+// One port's intervals of one direction (sorted, adjacent ones forming runs) onto the grid, with line-rate
+// edges (see the file comment).
+void place_port(const std::vector<Interval>& iv, Series& out) {
+  for (size_t i = 0; i < iv.size();) {
+    size_t j = i + 1;
+    while (j < iv.size() && iv[j].t0 <= iv[j - 1].t1) ++j;
+    double peak = 0;
+    for (size_t k = i; k < j; ++k)
+      if (iv[k].t1 > iv[k].t0) peak = std::max(peak, iv[k].bytes / static_cast<double>(iv[k].t1 - iv[k].t0));
+    for (size_t k = i; k < j; ++k) {
+      uint64_t t0 = iv[k].t0, t1 = iv[k].t1;
+      uint64_t need = peak > 0 ? static_cast<uint64_t>(std::ceil(iv[k].bytes / peak)) : t1 - t0;
+      need = std::min(need, t1 - t0);
+      if (j - i > 1 && k == i)
+        t0 = t1 - need;  // the run starts late in its first interval
+      else if (j - i > 1 && k + 1 == j)
+        t1 = t0 + need;  // and ends early in its last
+      spread(out, t0, t1, iv[k].bytes);
+    }
+    i = j;
+  }
+}
+
+struct NodeSeries {
+  Series xmit, rcv;
+};
+
+std::map<std::string, NodeSeries> node_series(const std::vector<NodePortBurst>& bursts) {
+  std::map<std::tuple<std::string, std::string, uint32_t>,
+           std::pair<std::vector<Interval>, std::vector<Interval>>>
+      ports;
+  for (const auto& nb : bursts) {
+    const RdmaPortBurst& b = nb.burst;
+    auto& [x, r] = ports[{nb.node, b.device, b.port}];
+    // Soft-RoCE has no byte counters (agent/rdma/sysfs.hpp: packets from hw_counters only): packets x MTU
+    // stand for its bytes (volumes are compared among peers, which share the MTU).
+    auto bytes = [](uint64_t b, uint64_t pk) {
+      return b ? static_cast<double>(b) : static_cast<double>(pk) * kRoceMtu;
+    };
+    if (b.xmit_bytes || b.xmit_packets)
+      x.push_back({b.first_ns, b.last_ns, bytes(b.xmit_bytes, b.xmit_packets)});
+    if (b.rcv_bytes || b.rcv_packets) r.push_back({b.first_ns, b.last_ns, bytes(b.rcv_bytes, b.rcv_packets)});
+  }
+  std::map<std::string, NodeSeries> out;
+  auto by_start = [](const Interval& a, const Interval& b) { return a.t0 < b.t0; };
+  for (auto& [k, xr] : ports) {
+    std::sort(xr.first.begin(), xr.first.end(), by_start);
+    std::sort(xr.second.begin(), xr.second.end(), by_start);
+    NodeSeries& ns = out[std::get<0>(k)];
+    place_port(xr.first, ns.xmit);
+    place_port(xr.second, ns.rcv);
+  }
+  return out;
+}
+
+double value_at(const Series& s, uint64_t bin) {
+  auto it = s.find(bin);
+  return it == s.end() ? 0 : it->second;
+}
+
+// Bytes sent by a and received by b at the same instants: how much of a pair's counters fit a transfer a->b.
+double coactivity(const NodeSeries& a, const NodeSeries& b) {
+  double sum = 0;
+  for (const auto& [bin, x] : a.xmit) sum += std::min(x, value_at(b.rcv, bin));
+  return sum;
+}
+
+// The ambiguous QPN matches resolved by the counters, one QP to one peer QP: candidates by how well the
+// pair's counters fit a connection (best first), each QP used once (a QP has one remote end).
+void resolve_ambiguous(QpPairing& p, const std::map<std::string, NodeSeries>& series) {
+  static const NodeSeries kNone;
+  auto of = [&](const std::string& n) -> const NodeSeries& {
+    auto it = series.find(n);
+    return it == series.end() ? kNone : it->second;
+  };
+  std::set<std::pair<std::string, uint32_t>> used;
+  for (const auto& l : p.links) used.insert({l.a, l.qpn_a}), used.insert({l.b, l.qpn_b});
+  std::vector<std::pair<double, const QpLink*>> cands;
+  for (const auto& amb : p.ambiguous)
+    for (const auto& c : amb.candidates)
+      cands.push_back({coactivity(of(c.a), of(c.b)) + coactivity(of(c.b), of(c.a)), &c});
+  std::stable_sort(cands.begin(), cands.end(),
+                   [](const auto& x, const auto& y) { return x.first > y.first; });
+  for (const auto& [fit, c] : cands) {
+    if (fit <= 0 || used.count({c->a, c->qpn_a}) || used.count({c->b, c->qpn_b})) continue;
+    used.insert({c->a, c->qpn_a});
+    used.insert({c->b, c->qpn_b});
+    p.links.push_back(*c);
+  }
+}
+
+struct Graph {
+  std::vector<std::string> nodes;
+  std::vector<std::vector<uint32_t>> peers;  // per node, sorted
+  std::vector<NodeSeries> series;            // aligned with nodes
+};
+
+using PairSeries = std::map<std::pair<uint32_t, uint32_t>, Series>;  // (sender, receiver) -> bytes per bin
+
+// Size class of one bin's bytes: a factor of 4 per class. A pair's history is kept per class (see
+// evidence()), so that a node's small pipeline sends and its large DP synchronisation are attributed each by
+// the pairs that carried that kind of traffic alone.
+int size_class(double bytes) {
+  return bytes < 1 ? 0 : static_cast<int>(std::log2(bytes) / 2);
+}
+struct Prior {
+  std::map<std::pair<uint32_t, uint32_t>, std::map<int, double>> ev;  // pair -> size class -> bytes
+  double floor = 1;
+  // Packets each QP pair carried per coarse bin, from its sender's PSN advancing between QP table reads
+  // (QpEntry::sq_psn); senders whose tables carry PSNs are split by these alone.
+  std::map<std::pair<uint32_t, uint32_t>, Series> psn;
+  std::set<uint32_t> has_psn;
+  double psn_weight(uint32_t i, uint32_t j, uint64_t bin) const {
+    auto it = psn.find({i, j});
+    if (it == psn.end()) return kPsnFloor;
+    return kPsnFloor + value_at(it->second, bin) +
+           0.5 * (value_at(it->second, bin + 1) + (bin ? value_at(it->second, bin - 1) : 0.0));
+  }
+  // The weight of pair (i, j) for a bin of `bytes` sent by i: its unambiguous bytes of that size class and,
+  // at half weight, of the neighbouring ones.
+  double at(uint32_t i, uint32_t j, double bytes) const {
+    auto it = ev.find({i, j});
+    if (it == ev.end()) return floor;
+    int k = size_class(bytes);
+    auto get = [&](int c) {
+      auto x = it->second.find(c);
+      return x == it->second.end() ? 0.0 : x->second;
+    };
+    double w = floor + get(k) + 0.5 * (get(k - 1) + get(k + 1));
+    // Below the bulk classes, a node's bulk partner is not the likely receiver: the pairs that synchronise
+    // gradients (bulk, every iteration) are not the ones that carry pipeline sends (small) in a DP x PP
+    // layout, and the two kinds run at once in lockstep pipelines, where the counters alone fit either.
+    if (auto b = bulk_share.find({i, j}); b != bulk_share.end() && k + 1 < bulk_class(i))
+      w *= 1.0 - b->second;
+    return w;
+  }
+  std::map<std::pair<uint32_t, uint32_t>, double> bulk_share;  // pair's share of its sender's bulk bytes
+  std::map<uint32_t, int> bulk;                                // per sender: its bulk size class
+  int bulk_class(uint32_t i) const {
+    auto it = bulk.find(i);
+    return it == bulk.end() ? 1000 : it->second;
+  }
+};
+
+// Bytes of a series within `w` bins of `bin`, either side.
+double window_sum(const Series& s, uint64_t bin, uint64_t w) {
+  double sum = 0;
+  for (auto it = s.lower_bound(bin > w ? bin - w : 0); it != s.end() && it->first <= bin + w; ++it)
+    sum += it->second;
+  return sum;
+}
+
+// Receivers for node i's bytes in (coarse) bin `bin`: its peers receiving then, or, when none is, the peers
+// receiving in the neighbouring bins, weighted by what they received.
+std::vector<std::pair<uint32_t, double>> receivers(const Graph& g, uint32_t i, uint64_t bin) {
+  std::vector<std::pair<uint32_t, double>> out;
+  for (uint64_t w : {uint64_t{0}, kSearchBins}) {
+    for (uint32_t j : g.peers[i])
+      if (double r = window_sum(g.series[j].rcv, bin, w); r > 0) out.push_back({j, r});
+    if (!out.empty()) return out;
+  }
+  return out;
+}
+
+// A sender's bytes in one bin split among its QP peers by the packets each QP sent (PSN advance). Packets are
+// MTU-sized but for each message's last one: a peer's bytes are at most its packets x MTU, and each active
+// peer's last packet is partial, so the bytes the MTUs overshoot the port's count by come off the peers
+// evenly (one partial packet each), before the rest is scaled to the port's count.
+void split_by_packets(const Graph& g, const Prior& prior, uint32_t i, double x, uint64_t bin,
+                      PairSeries& out) {
+  std::vector<std::pair<uint32_t, double>> cap;
+  double total = 0;
+  for (uint32_t j : g.peers[i])
+    if (double w = prior.psn_weight(i, j, bin); w > kPsnFloor) {
+      cap.push_back({j, w * kRoceMtu});
+      total += w * kRoceMtu;
+    }
+  if (cap.empty() || total <= 0) return;
+  double over = std::max(0.0, total - x) / static_cast<double>(cap.size());
+  double sum = 0;
+  for (auto& [j, c] : cap) sum += (c = std::max(c - std::min(over, kRoceMtu), 0.0));
+  if (sum <= 0) return;
+  for (auto [j, c] : cap) out[{i, j}][bin] += x * c / sum;
+}
+
+// One bin's node-to-node matrix fitted to the senders' and receivers' bytes (iterative proportional
+// fitting over QP-paired pairs, starting from `prior`), added to `out`. Senders keep their bytes exactly.
+void fit_bin(const Graph& g, uint64_t bin, const std::vector<std::pair<uint32_t, double>>& senders,
+             const Prior& prior, PairSeries& out) {
+  struct Cell {
+    uint32_t i, j;
+    double f;
+  };
+  std::vector<Cell> cells;
+  std::map<uint32_t, double> target_row, target_col;
+  for (auto [i, x] : senders) {
+    if (prior.has_psn.count(i)) {
+      // The sender's QPs say how many packets went to each peer: its bytes split in those proportions.
+      split_by_packets(g, prior, i, x, bin, out);
+      continue;
+    }
+    target_row[i] = x;
+    for (auto [j, r] : receivers(g, i, bin)) {
+      cells.push_back({i, j, r * (prior.has_psn.count(i) ? prior.psn_weight(i, j, bin) : prior.at(i, j, x))});
+      target_col[j] = r;
+    }
+  }
+  auto scale = [&](bool rows) {
+    const auto& target = rows ? target_row : target_col;
+    std::map<uint32_t, double> sum;
+    for (const auto& c : cells) sum[rows ? c.i : c.j] += c.f;
+    for (auto& c : cells) {
+      uint32_t k = rows ? c.i : c.j;
+      double t = target.at(k);
+      if (sum[k] > 0 && t > 0) c.f *= t / sum[k];
+    }
+  };
+  for (int round = 0; round < kFitRounds; ++round) {
+    scale(false);
+    scale(true);
+  }
+  // Drop fitting noise (a cell that is a small share of both its sender's and its receiver's bytes), keep the
+  // sender's bytes whole. A small share of the sender's bytes that is most of what its receiver got is a
+  // real transfer (a pipeline send in the same bin as the sender's DP synchronisation).
+  auto kept_cell = [&](const Cell& c, double x) {
+    double r = target_col.at(c.j);
+    return c.f >= kMinShare * x || (r > 0 && c.f >= (1 - kMinShare) * r);
+  };
+  for (auto [i, x] : senders) {
+    if (!target_row.count(i)) continue;  // split by its PSNs above
+    double kept = 0;
+    for (const auto& c : cells)
+      if (c.i == i && kept_cell(c, x)) kept += c.f;
+    for (const auto& c : cells)
+      if (c.i == i && kept_cell(c, x) && kept > 0) out[{i, c.j}][bin] += c.f * x / kept;
+  }
+}
+
+PairSeries split(const Graph& g, const Prior& prior) {
+  std::map<uint64_t, std::vector<std::pair<uint32_t, double>>> senders_at;
+  for (uint32_t i = 0; i < g.nodes.size(); ++i)
+    if (!g.peers[i].empty())
+      for (const auto& [bin, x] : g.series[i].xmit) senders_at[bin].push_back({i, x});
+  PairSeries out;
+  for (const auto& [bin, senders] : senders_at) fit_bin(g, bin, senders, prior, out);
+  return out;
+}
+
+// The prior of the split: per pair, the bytes that could only have been that pair's -- sent while exactly one
+// of the sender's QP peers was receiving, or received while exactly one of the receiver's peers was sending.
+// Where a node's peers are all active at once (a DP synchronisation beside a pipeline send, or two DP rings
+// at once) the marginals fit several matrices alike; the pairs' unambiguous history decides between them.
+// A pair with none gets a small floor, so it is not excluded, only outweighed.
+Prior evidence(const Graph& g) {
+  Prior p;
+  auto only_active = [&](uint32_t i, uint64_t bin, bool rcv) {
+    uint32_t found = UINT32_MAX;
+    for (uint32_t j : g.peers[i])
+      if (value_at(rcv ? g.series[j].rcv : g.series[j].xmit, bin) > 0) {
+        if (found != UINT32_MAX) return UINT32_MAX;
+        found = j;
+      }
+    return found;
+  };
+  double total = 0;
+  for (uint32_t i = 0; i < g.nodes.size(); ++i) {
+    for (const auto& [bin, x] : g.series[i].xmit)
+      if (uint32_t j = only_active(i, bin, true); j != UINT32_MAX)
+        p.ev[{i, j}][size_class(x)] += x, total += x;
+    for (const auto& [bin, r] : g.series[i].rcv)
+      if (uint32_t j = only_active(i, bin, false); j != UINT32_MAX) {
+        // The sender's class: its bytes in the bin, which the receiver's are (its only sending peer).
+        double x = value_at(g.series[j].xmit, bin);
+        p.ev[{j, i}][size_class(x)] += r, total += r;
+      }
+  }
+  p.floor = kPriorFloor * std::max(total, 1.0);
+  // Each sender's bulk class: the largest class holding at least a fifth of its unambiguous bytes; each
+  // pair's share of the sender's bytes in that class and above.
+  std::map<uint32_t, std::map<int, double>> per_sender;
+  for (const auto& [k, m] : p.ev)
+    for (const auto& [c, v] : m) per_sender[k.first][c] += v;
+  for (const auto& [i, m] : per_sender) {
+    double tot = 0;
+    for (const auto& [c, v] : m) tot += v;
+    for (auto it = m.rbegin(); it != m.rend(); ++it)
+      if (it->second >= 0.2 * tot) {
+        p.bulk[i] = it->first;
+        break;
+      }
+    double in_bulk = 0;
+    std::map<uint32_t, double> by_peer;
+    for (const auto& [k, m2] : p.ev)
+      if (k.first == i)
+        for (const auto& [c, v] : m2)
+          if (c >= p.bulk_class(i)) by_peer[k.second] += v, in_bulk += v;
+    for (const auto& [j, v] : by_peer)
+      if (in_bulk > 0) p.bulk_share[{i, j}] = v / in_bulk;
+  }
+  return p;
+}
+
+Graph graph_of(const QpPairing& p, std::map<std::string, NodeSeries> series,
+               const std::set<std::pair<std::string, std::string>>& probe_pairs) {
+  Graph g;
+  std::map<std::string, uint32_t> idx;
+  auto id = [&](const std::string& n) {
+    auto [it, fresh] = idx.try_emplace(n, static_cast<uint32_t>(g.nodes.size()));
+    if (fresh) {
+      g.nodes.push_back(n);
+      g.peers.emplace_back();
+      g.series.push_back(std::move(series[n]));
+    }
+    return it->second;
+  };
+  for (const auto& l : p.links) {
+    if (probe_pairs.count({l.a, l.b})) continue;
+    uint32_t a = id(l.a), b = id(l.b);
+    g.peers[a].push_back(b);
+    g.peers[b].push_back(a);
+  }
+  for (auto& v : g.peers) {
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+  }
+  return g;
+}
+
+// Per QP pair, the packets its sender's PSN advanced by between consecutive reads of its node's QP table,
+// spread over each interval between reads on the coarse grid (Prior::psn).
+void add_psn(Prior& p, const std::vector<NodeQp>& qps, const QpPairing& pairing, const Graph& g) {
+  std::map<std::string, uint32_t> idx;
+  for (uint32_t i = 0; i < g.nodes.size(); ++i) idx[g.nodes[i]] = i;
+  std::map<std::pair<std::string, uint32_t>, std::string> peer_of;  // (node, lqpn) -> peer node
+  for (const auto& l : pairing.links) {
+    peer_of[{l.a, l.qpn_a}] = l.b;
+    peer_of[{l.b, l.qpn_b}] = l.a;
+  }
+  std::map<std::tuple<std::string, std::string, uint32_t>, std::vector<std::pair<uint64_t, uint32_t>>> reads;
+  for (const auto& q : qps)
+    if (q.qp.sq_psn != 0 && peer_of.count({q.node, q.qp.lqpn}))
+      reads[{q.node, q.qp.device, q.qp.lqpn}].push_back({q.seen_ns, q.qp.sq_psn});
+  for (auto& [key, r] : reads) {
+    const auto& [node, dev, lqpn] = key;
+    auto i = idx.find(node), j = idx.find(peer_of.at({node, lqpn}));
+    if (i == idx.end() || j == idx.end()) continue;
+    std::sort(r.begin(), r.end());
+    Series fine;
+    for (size_t k = 1; k < r.size(); ++k) {
+      uint32_t d = (r[k].second - r[k - 1].second) & kPsnMask;
+      if (r[k].first > r[k - 1].first) spread(fine, r[k - 1].first, r[k].first, d);
+    }
+    p.has_psn.insert(i->second);
+    Series& out = p.psn[{i->second, j->second}];
+    for (const auto& [b, v] : fine) out[b / kFitBins] += v;
+  }
+}
+
+Series coarse_of(const Series& s) {
+  Series out;
+  for (const auto& [b, v] : s) out[b / kFitBins] += v;
+  return out;
+}
+
+Graph coarsen(const Graph& g) {
+  Graph c;
+  c.nodes = g.nodes;
+  c.peers = g.peers;
+  for (const auto& ns : g.series) c.series.push_back({coarse_of(ns.xmit), coarse_of(ns.rcv)});
+  return c;
+}
+
+// The coarse split's shares applied to each sender's fine series.
+PairSeries refine(const Graph& fine, const PairSeries& coarse) {
+  PairSeries out;
+  for (const auto& [pair, cs] : coarse) {
+    const Series& x = fine.series[pair.first].xmit;
+    Series& o = out[pair];
+    for (const auto& [cb, bytes] : cs) {
+      double total = 0;
+      for (auto it = x.lower_bound(cb * kFitBins); it != x.end() && it->first < (cb + 1) * kFitBins; ++it)
+        total += it->second;
+      if (total <= 0) continue;
+      for (auto it = x.lower_bound(cb * kFitBins); it != x.end() && it->first < (cb + 1) * kFitBins; ++it)
+        o[it->first] += it->second * bytes / total;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<FlowEvent> counter_events(const Input& in) {
+  std::vector<FlowEvent> out;
+  if (in.rdma_bursts.empty()) return out;
+  std::map<std::string, NodeSeries> series = node_series(in.rdma_bursts);
+  QpPairing pairing = pair_qps(in.qps, in.addr_node, in.qp_read_ns);
+  resolve_ambiguous(pairing, series);
+  // Node pairs whose RDMA traffic the probe saw itself, and each node's address (the first one its HELLO or
+  // the topology gives, else its name) for the events' endpoints.
+  auto node_of = [&](const std::string& addr) {
+    auto it = in.addr_node.find(addr);
+    return it == in.addr_node.end() ? addr : it->second;
+  };
+  std::set<std::pair<std::string, std::string>> probe_pairs;
+  for (const auto& e : in.events)
+    if (e.proto == NP_PROTO_ROCE && !e.from_counters)
+      probe_pairs.insert(std::minmax(node_of(e.src), node_of(e.dst)));
+  std::map<std::string, std::string> addr_of;
+  for (const auto& [addr, node] : in.addr_node) addr_of.try_emplace(node, addr);
+  std::set<std::pair<std::string, std::string>> closed;
+  for (const auto& l : pairing.links)
+    if (l.closed) closed.insert({l.a, l.b});
+
+  Graph g = graph_of(pairing, std::move(series), probe_pairs);
+  Graph coarse = coarsen(g);
+  Prior prior = evidence(coarse);
+  add_psn(prior, in.qps, pairing, coarse);
+  for (const auto& [pair, s] : refine(g, split(coarse, prior))) {
+    const std::string &src = g.nodes[pair.first], &dst = g.nodes[pair.second];
+    auto addr = [&](const std::string& n) { return addr_of.count(n) ? addr_of.at(n) : n; };
+    size_t first = out.size();
+    for (auto it = s.begin(); it != s.end();) {
+      uint64_t b0 = it->first, b1 = it->first;
+      double bytes = 0;
+      for (; it != s.end() && it->first <= b1 + kMergeGapBins + 1; ++it) b1 = it->first, bytes += it->second;
+      FlowEvent e;
+      e.observer = src;
+      e.src = addr(src);
+      e.dst = addr(dst);
+      e.src_port = e.dst_port = kRoceV2Port;
+      e.proto = NP_PROTO_ROCE;
+      e.dir = NP_DIR_EGRESS;
+      e.from_counters = true;
+      e.first_ns = b0 * kBinNs;
+      e.last_ns = (b1 + 1) * kBinNs;
+      e.bytes = e.payload_bytes = static_cast<uint64_t>(std::llround(bytes));
+      e.packets = std::max<uint64_t>(1, e.bytes / 4096);  // RoCE's usual MTU: only an order of magnitude
+      if (e.bytes > 0) out.push_back(std::move(e));
+    }
+    if (out.size() > first && closed.count(std::minmax(src, dst))) out.back().tcp_flags |= kFin;
+  }
+  std::sort(out.begin(), out.end(),
+            [](const FlowEvent& a, const FlowEvent& b) { return a.first_ns < b.first_ns; });
+  return out;
+}
+
+}  // namespace netprism::analysis

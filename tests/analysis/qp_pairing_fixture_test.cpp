@@ -1,0 +1,164 @@
+// QP pairing (aggregator/analysis/counters.hpp) on QP tables in the kernel's documented RDMA netlink format:
+// every node's table is a RDMA_NLDEV_CMD_RES_QP_GET dump built attribute by attribute from
+// <rdma/rdma_netlink.h> (as res_get_common_dumpit + fill_res_qp_entry write it) and decoded by the agent's
+// own parser, then paired across nodes.
+#include <linux/netlink.h>
+#include <rdma/rdma_netlink.h>
+
+#include <gtest/gtest.h>
+
+#include "agent/nl_builder.hpp"
+#include "counters.hpp"
+#include "netprism/flowlet.h"
+#include "rdma/netlink.hpp"
+
+using namespace netprism;
+using namespace netprism::analysis;
+using netprism::test::NlBuilder;
+
+namespace {
+
+struct FixtureQp {
+  uint32_t lqpn, rqpn, sq_psn, rq_psn;
+  uint8_t type = 2;  // IB_QPT_RC
+};
+
+// One node's QP table as the kernel dumps it, decoded by the agent's parser, as analysis rows read at `t`.
+std::vector<NodeQp> table(const std::string& node, const std::vector<FixtureQp>& qps, uint64_t t) {
+  NlBuilder b;
+  b.begin_msg(RDMA_NLDEV_CMD_RES_QP_GET);
+  b.u32(RDMA_NLDEV_ATTR_DEV_INDEX, 0);
+  b.str(RDMA_NLDEV_ATTR_DEV_NAME, "rxe0");
+  b.begin_nest(RDMA_NLDEV_ATTR_RES_QP);
+  for (const auto& q : qps) {
+    b.begin_nest(RDMA_NLDEV_ATTR_RES_QP_ENTRY);
+    b.u32(RDMA_NLDEV_ATTR_PORT_INDEX, 1);
+    b.u32(RDMA_NLDEV_ATTR_RES_LQPN, q.lqpn);
+    if (q.type == 2) {
+      b.u32(RDMA_NLDEV_ATTR_RES_RQPN, q.rqpn);
+      b.u32(RDMA_NLDEV_ATTR_RES_RQ_PSN, q.rq_psn);
+    }
+    b.u32(RDMA_NLDEV_ATTR_RES_SQ_PSN, q.sq_psn);
+    b.u8(RDMA_NLDEV_ATTR_RES_TYPE, q.type);
+    b.u8(RDMA_NLDEV_ATTR_RES_STATE, 3);  // IB_QPS_RTS
+    b.u32(RDMA_NLDEV_ATTR_RES_PID, 4242);
+    b.end_nest();
+  }
+  b.end_nest();
+  b.end_msg();
+  b.done();
+  std::vector<QpEntry> rows;
+  auto r = agent::parse_qp_messages(b.bytes().data(), b.bytes().size(), rows);
+  EXPECT_TRUE(r) << r.error;
+  std::vector<NodeQp> out;
+  for (auto& q : rows) out.push_back({node, t, q});
+  return out;
+}
+
+void append(std::vector<NodeQp>& to, std::vector<NodeQp> from) {
+  to.insert(to.end(), from.begin(), from.end());
+}
+
+}  // namespace
+
+TEST(QpPairingFixture, PairsAcrossNodesByQpnAndSkipsDatagramQps) {
+  std::vector<NodeQp> qps;
+  append(qps, table("n0", {{0x11, 0x2a, 100, 200}, {1, 0, 0, 0, 1 /* GSI */}}, 1000));
+  append(qps, table("n1", {{0x2a, 0x11, 200, 100}}, 1000));
+  append(qps, table("n2", {{0x33, 0x999, 5, 6}}, 1000));  // its peer has no agent
+  QpPairing p = pair_qps(qps, {}, {});
+  ASSERT_EQ(p.links.size(), 1u);
+  EXPECT_EQ(p.links[0].a, "n0");
+  EXPECT_EQ(p.links[0].b, "n1");
+  EXPECT_EQ(p.links[0].qpn_a, 0x11u);
+  EXPECT_EQ(p.links[0].qpn_b, 0x2au);
+  EXPECT_FALSE(p.links[0].by_address);
+  EXPECT_FALSE(p.links[0].closed);
+  EXPECT_EQ(p.unpaired, 1u);
+  EXPECT_TRUE(p.ambiguous.empty());
+}
+
+TEST(QpPairingFixture, ClosedWhenLaterReadsNoLongerListTheQps) {
+  std::vector<NodeQp> qps;
+  append(qps, table("n0", {{17, 18, 1, 1}}, 1000));
+  append(qps, table("n1", {{18, 17, 1, 1}}, 1000));
+  EXPECT_FALSE(pair_qps(qps, {}, {{"n0", 1000}, {"n1", 1000}}).links[0].closed);
+  EXPECT_TRUE(pair_qps(qps, {}, {{"n0", 2000}, {"n1", 2000}}).links[0].closed);
+  EXPECT_FALSE(pair_qps(qps, {}, {{"n0", 2000}, {"n1", 1000}}).links[0].closed);  // n1 still has it
+}
+
+// Soft-RoCE numbers QPs from 17 on every device: two node pairs that connected alike carry the same numbers,
+// and the QPNs alone cannot tell n0's peer from n2's. The pairing leaves them ambiguous; the counters source
+// resolves them by which nodes' counters move together (n0 sends while n1 receives, n2 while n3).
+TEST(QpPairingFixture, SameQpnsOnTwoNodePairsResolvedByCounters) {
+  std::vector<NodeQp> qps;
+  for (const char* n : {"n0", "n1", "n2", "n3"}) append(qps, table(n, {{17, 17, 0, 0}}, 1000));
+  QpPairing p = pair_qps(qps, {}, {});
+  EXPECT_TRUE(p.links.empty());
+  ASSERT_EQ(p.ambiguous.size(), 4u);
+  EXPECT_EQ(p.ambiguous[0].candidates.size(), 3u);
+
+  Input in;
+  in.qps = qps;
+  const uint64_t ms = 1'000'000;
+  for (int k = 0; k < 20; ++k) {  // 20 intervals of 10 ms, n0 -> n1 in even ones, n2 -> n3 in odd ones
+    uint64_t t = 1'000 * ms + static_cast<uint64_t>(k) * 10 * ms;
+    auto burst = [&](const char* node, uint64_t x, uint64_t r) {
+      in.rdma_bursts.push_back({node, {"rxe0", 1, t, t + 10 * ms, x, r, 0, 0}});
+    };
+    if (k % 2 == 0)
+      burst("n0", 1 << 20, 0), burst("n1", 0, 1 << 20);
+    else
+      burst("n2", 1 << 20, 0), burst("n3", 0, 1 << 20);
+  }
+  std::set<std::pair<std::string, std::string>> pairs;
+  uint64_t bytes = 0;
+  for (const auto& e : counter_events(in)) {
+    EXPECT_TRUE(e.from_counters);
+    EXPECT_EQ(e.proto, NP_PROTO_ROCE);
+    pairs.insert({e.src, e.dst});
+    bytes += e.bytes;
+  }
+  EXPECT_EQ(pairs, (std::set<std::pair<std::string, std::string>>{{"n0", "n1"}, {"n2", "n3"}}));
+  EXPECT_EQ(bytes, 20ull << 20);  // every byte sent attributed, none twice
+}
+
+TEST(QpPairingFixture, CmAddressesDecideBetweenEqualQpns) {
+  std::vector<NodeQp> qps;
+  for (const char* n : {"n0", "n1", "n2", "n3"}) append(qps, table(n, {{17, 17, 0, 0}}, 1000));
+  const std::map<std::string, std::string> addr_node = {
+      {"10.0.0.1", "n0"}, {"10.0.0.2", "n1"}, {"10.0.0.3", "n2"}, {"10.0.0.4", "n3"}};
+  // The CM table's addresses (rdma_cm users): complete_qp_table fills them by device and local QPN.
+  const char* peer[] = {"10.0.0.2", "10.0.0.1", "10.0.0.4", "10.0.0.3"};
+  for (size_t i = 0; i < qps.size(); ++i) qps[i].qp.dst_addr = peer[i];
+  QpPairing p = pair_qps(qps, addr_node, {});
+  ASSERT_EQ(p.links.size(), 2u);
+  EXPECT_EQ(p.links[0].a + p.links[0].b, "n0n1");
+  EXPECT_EQ(p.links[1].a + p.links[1].b, "n2n3");
+  EXPECT_TRUE(p.links[0].by_address);
+  EXPECT_TRUE(p.ambiguous.empty());
+}
+
+// Two peers at once: the port counters alone cannot split n0's bytes between n1 and n2 (both receive); the
+// PSN each QP advanced by between table reads does.
+TEST(QpPairingFixture, PsnAdvanceSplitsOneNodesBytesBetweenPeers) {
+  Input in;
+  const uint64_t ms = 1'000'000, t0 = 1'000 * ms;
+  uint32_t to1 = 1000, to2 = 5000;  // n0's send PSNs towards n1 and n2
+  for (int k = 0; k <= 10; ++k) {
+    uint64_t t = t0 + static_cast<uint64_t>(k) * 10 * ms;
+    append(in.qps, table("n0", {{0x100, 0x200, to1, 0}, {0x101, 0x300, to2, 0}}, t));
+    append(in.qps, table("n1", {{0x200, 0x100, 0, 0}}, t));
+    append(in.qps, table("n2", {{0x300, 0x101, 0, 0}}, t));
+    if (k == 10) break;
+    to1 += 3 * 256;  // 3 MiB to n1 and 1 MiB to n2 per interval, in 4096-byte packets
+    to2 += 256;
+    in.rdma_bursts.push_back({"n0", {"rxe0", 1, t, t + 10 * ms, 4u << 20, 0, 1024, 0}});
+    in.rdma_bursts.push_back({"n1", {"rxe0", 1, t, t + 10 * ms, 0, 3u << 20, 0, 768}});
+    in.rdma_bursts.push_back({"n2", {"rxe0", 1, t, t + 10 * ms, 0, 1u << 20, 0, 256}});
+  }
+  std::map<std::string, uint64_t> to;
+  for (const auto& e : counter_events(in)) to[e.dst] += e.bytes;
+  EXPECT_NEAR(static_cast<double>(to["n1"]), 30.0 * (1 << 20), 0.01 * 30 * (1 << 20));
+  EXPECT_NEAR(static_cast<double>(to["n2"]), 10.0 * (1 << 20), 0.01 * 10 * (1 << 20));
+}
