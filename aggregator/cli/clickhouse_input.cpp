@@ -22,16 +22,9 @@ std::optional<analysis::Input> load_clickhouse(const std::string& url, uint64_t 
   if (!addrs) return std::nullopt;
   auto ports = reader.own_ports(err);
   if (!ports) return std::nullopt;
-  std::vector<store::NodeRow> nodes;
-  for (auto& [node, list] : *addrs) {
-    store::NodeRow n;
-    n.node = node;
-    n.hello.interfaces.push_back(InterfaceInfo{"", 0, list});
-    nodes.push_back(std::move(n));
-  }
   analysis::Input in;
   in.offline = true;  // as a recording (load_native)
-  in.addr_node = store::addr_nodes(nodes);
+  in.addr_node = store::addr_nodes(*addrs);
   store::OwnTraffic own{*ports};
   std::vector<std::string> only;  // empty: every node
   if (shard.count > 1) {

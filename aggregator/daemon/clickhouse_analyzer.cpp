@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <stdexcept>
 
 #include "analysis/topology.hpp"
 #include "log.hpp"
+#include "stoppable_sleep.hpp"
 
 namespace netprism::daemon {
 
@@ -38,12 +38,6 @@ clickhouse::Follower::Options follow_options(const Settings& s) {
   return o;
 }
 
-void nap(std::stop_token st, std::chrono::milliseconds d) {
-  std::mutex m;
-  std::condition_variable_any cv;
-  std::unique_lock lk(m);
-  cv.wait_for(lk, st, d, [] { return false; });
-}
 }  // namespace
 
 std::map<std::string, std::string> ClickHouseAnalyzer::Names::get() const {
@@ -108,14 +102,7 @@ bool ClickHouseAnalyzer::refresh_names(std::string& err) {
   if (!addrs) return false;
   auto ports = reader_.own_ports(err);
   if (!ports) return false;
-  std::vector<store::NodeRow> nodes;
-  for (auto& [node, list] : *addrs) {
-    store::NodeRow n;
-    n.node = node;
-    n.hello.interfaces.push_back(InterfaceInfo{"", 0, list});
-    nodes.push_back(std::move(n));
-  }
-  addr_node_ = store::addr_nodes(nodes);
+  addr_node_ = store::addr_nodes(*addrs);
   if (!s_.topology.empty() && !analysis::load_topology(s_.topology, addr_node_, err)) return false;
   names_.set(addr_node_);
   own_.ports = std::move(*ports);

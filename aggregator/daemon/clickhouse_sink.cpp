@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <fstream>
 #include <future>
@@ -19,6 +18,7 @@
 #include "batch_codec.hpp"
 #include "clickhouse/tables.hpp"
 #include "log.hpp"
+#include "stoppable_sleep.hpp"
 
 namespace netprism::daemon {
 
@@ -50,13 +50,6 @@ clickhouse::Url url_of(const std::string& text) {
   return *u;
 }
 
-// Sleeps up to d, waking early on stop.
-void nap(std::stop_token st, std::chrono::milliseconds d) {
-  std::mutex m;
-  std::condition_variable_any cv;
-  std::unique_lock lk(m);
-  cv.wait_for(lk, st, d, [] { return false; });
-}
 }  // namespace
 
 ClickHouseSink::ClickHouseSink(const Settings& s, Registry& reg, store::OwnTraffic own)

@@ -11,6 +11,7 @@
 #include <httplib.h>
 
 #include "log.hpp"
+#include "stoppable_sleep.hpp"
 #include "netprism/version.hpp"
 
 namespace netprism::daemon {
@@ -156,8 +157,6 @@ Webhooks::~Webhooks() = default;
 
 void Webhooks::run(std::stop_token stop) {
   uint64_t seen = 0;
-  std::mutex mu;
-  std::condition_variable_any cv;
   while (!stop.stop_requested()) {
     auto snap = live_.latest();
     if (snap && snap->computed_ns != seen) {
@@ -169,8 +168,7 @@ void Webhooks::run(std::stop_token stop) {
         for (auto& s : senders_) s->push(body);
       }
     }
-    std::unique_lock lk(mu);
-    cv.wait_for(lk, stop, kPoll, [] { return false; });
+    nap(stop, kPoll);
   }
 }
 

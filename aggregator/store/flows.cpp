@@ -48,15 +48,28 @@ const char* proto_name(uint8_t proto) {
   return "unknown";
 }
 
+namespace {
+void add_addrs(std::map<std::string, std::string>& out, const std::string& node,
+               const std::vector<std::string>& addrs) {
+  for (auto a : addrs) {
+    if (auto slash = a.find('/'); slash != std::string::npos) a.resize(slash);
+    if (auto pct = a.find('%'); pct != std::string::npos) a.resize(pct);  // fe80::1%eth0
+    if (auto p = parse_addr(a)) out[format_addr(p->data())] = node;
+  }
+}
+}  // namespace
+
 std::map<std::string, std::string> addr_nodes(const std::vector<NodeRow>& nodes) {
   std::map<std::string, std::string> out;
   for (const auto& n : nodes)
-    for (const auto& i : n.hello.interfaces)
-      for (auto a : i.addrs) {
-        if (auto slash = a.find('/'); slash != std::string::npos) a.resize(slash);
-        if (auto pct = a.find('%'); pct != std::string::npos) a.resize(pct);  // fe80::1%eth0
-        if (auto p = parse_addr(a)) out[format_addr(p->data())] = n.node;
-      }
+    for (const auto& i : n.hello.interfaces) add_addrs(out, n.node, i.addrs);
+  return out;
+}
+
+std::map<std::string, std::string> addr_nodes(
+    const std::map<std::string, std::vector<std::string>>& node_addrs) {
+  std::map<std::string, std::string> out;
+  for (const auto& [node, addrs] : node_addrs) add_addrs(out, node, addrs);
   return out;
 }
 

@@ -41,6 +41,9 @@ const char* proto_name(uint8_t proto);
 // Address -> node name from every node's latest HELLO. Addresses are normalised (a "/prefix" suffix is cut,
 // the text is re-formatted) so they match how flow events print them.
 std::map<std::string, std::string> addr_nodes(const std::vector<NodeRow>& nodes);
+// The same from registrations read elsewhere (ClickHouse's nodes table): node -> its addresses.
+std::map<std::string, std::string> addr_nodes(
+    const std::map<std::string, std::vector<std::string>>& node_addrs);
 
 struct FlowQuery {
   std::optional<std::string> node;
