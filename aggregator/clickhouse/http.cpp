@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <cctype>
+#include <stdexcept>
 
 namespace netprism::clickhouse {
 
@@ -70,6 +71,13 @@ std::optional<Url> parse_url(const std::string& url, std::string& err) {
     return std::nullopt;
   }
   return u;
+}
+
+Url parse_checked_url(const std::string& url, const std::string& flag) {
+  std::string err;
+  auto u = parse_url(url, err);
+  if (!u) throw std::runtime_error(flag + ": " + err);
+  return *u;
 }
 
 std::string Server::path(const std::map<std::string, std::string>& extra) const {

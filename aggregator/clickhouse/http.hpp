@@ -20,6 +20,8 @@ struct Url {
 // nullopt and err for anything but http://HOST[:PORT]/[?k=v&...] with a plain identifier as database and
 // cluster (they are spliced into SQL).
 std::optional<Url> parse_url(const std::string& url, std::string& err);
+// parse_url for a URL the settings already checked: throws std::runtime_error("FLAG: <why>") otherwise.
+Url parse_checked_url(const std::string& url, const std::string& flag);
 std::string url_encode(const std::string& s);
 
 class Server {

@@ -24,13 +24,6 @@ constexpr std::size_t kRunFlowlets = 65'536;
 // (100 ms by default, bpf/burst.h); switch exporters' flows end at their active timeout (commonly <= 60 s).
 constexpr uint64_t kReachSlackNs = 60'000'000'000ull;
 
-clickhouse::Url url_of(const std::string& text) {
-  std::string err;
-  auto u = clickhouse::parse_url(text, err);
-  if (!u) throw std::runtime_error("--analyze-from-clickhouse: " + err);  // parse_settings checked it
-  return *u;
-}
-
 clickhouse::Follower::Options follow_options(const Settings& s) {
   clickhouse::Follower::Options o;
   o.reach_ns = static_cast<uint64_t>(s.analysis_window_s) * 1'000'000'000ull + kReachSlackNs;
@@ -55,8 +48,9 @@ ClickHouseAnalyzer::ClickHouseAnalyzer(const Settings& s, Registry& reg, LiveAna
       reg_(reg),
       live_(live),
       names_(names),
-      reader_(url_of(s.clickhouse_analyze_from)),
-      follower_(url_of(s.clickhouse_analyze_from), follow_options(s)) {
+      reader_(clickhouse::parse_checked_url(s.clickhouse_analyze_from, "--analyze-from-clickhouse")),
+      follower_(clickhouse::parse_checked_url(s.clickhouse_analyze_from, "--analyze-from-clickhouse"),
+                follow_options(s)) {
   std::string err;
   if (!s.clickhouse_shard.empty()) shard_ = *clickhouse::parse_shard(s.clickhouse_shard, err);
   reg_.with_counters([&](IngestCounters& c) {

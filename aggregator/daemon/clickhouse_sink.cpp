@@ -43,20 +43,13 @@ std::map<std::string, std::string> insert_settings(const clickhouse::Url& u) {
   return {{"insert_distributed_sync", "1"}};  // success = on the shards, so present() sees it
 }
 
-clickhouse::Url url_of(const std::string& text) {
-  std::string err;
-  auto u = clickhouse::parse_url(text, err);
-  if (!u) throw std::runtime_error("--clickhouse: " + err);  // parse_settings checked it already
-  return *u;
-}
-
 }  // namespace
 
 ClickHouseSink::ClickHouseSink(const Settings& s, Registry& reg, store::OwnTraffic own)
     : s_(s),
       reg_(reg),
       own_(std::move(own)),
-      server_(url_of(s.clickhouse_url)),
+      server_(clickhouse::parse_checked_url(s.clickhouse_url, "--clickhouse")),
       mark_path_(s.data_dir + "/clickhouse.hwm") {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
