@@ -1,7 +1,7 @@
 // `netprism report`: a fleet view, one row per job (nodes, hours observed, iterations, median step time, time
-// lost, stragglers, slow links, hangs, fabric elements), in the spirit of the Acme characterisation of LLM training clusters.
-// Computed from analysed jobs: by the aggregator for its live view (query "report") and by the CLI itself
-// for a recording (`netprism report --input FILE`), so both print the same document.
+// lost, stragglers, slow links, hangs, fabric elements), in the spirit of the Acme characterisation of LLM
+// training clusters. Computed from analysed jobs: by the aggregator for its live view (query "report") and by
+// the CLI itself for a recording (`netprism report --input FILE`), so both print the same document.
 #include "analysis.hpp"
 
 #include <algorithm>

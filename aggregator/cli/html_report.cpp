@@ -69,7 +69,8 @@ std::string fleet_summary(const json& report) {
       "<tr><th>jobs</th><th>nodes</th><th>node-hours</th><th>node-hours lost</th><th>stragglers</th>"
       "<th>slow links</th><th>fabric elements</th><th>hangs</th></tr>\n";
   out += fmt::format(
-      "<tr><td>{}</td><td>{}</td><td>{:.2f}</td><td>{:.2f}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+      "<tr><td>{}</td><td>{}</td><td>{:.2f}</td><td>{:.2f}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></"
+      "tr>\n",
       num(f, "jobs"), num(f, "nodes"), num(f, "node_hours"), num(f, "node_hours_lost"), num(f, "stragglers"),
       num(f, "slow_links"), num(f, "fabric"), num(f, "hangs"));
   out +=
