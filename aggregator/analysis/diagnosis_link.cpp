@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "debug_log.hpp"
 #include "diagnosis_steps.hpp"
 
 namespace netprism::analysis::diagnosis_steps {
@@ -389,6 +390,12 @@ void node_link_findings(const Normalized& n, const std::vector<Direction>& dirs,
   const double sigma = kMadToSigma * median(diffs) / std::sqrt(2.0);
   const double threshold = std::min(kSlowLinkRatio, std::exp(-kLinkZ * sigma));
   for (const NodeLink& nl : nodes) {
+    if (debug::lines_on()) {
+      std::string l = "node link " + n.nodes[nl.node] + ": threshold " + fmt("%.2f", threshold) + " sigma " +
+                      fmt("%.3f", sigma) + ", ratios";
+      for (double x : nl.ratio) l += " " + fmt("%.2f", x);
+      debug::line(l);
+    }
     Run r = degraded_run(as_direction(nl, threshold, sigma), iters);
     if (r.onset < 0) continue;
     const std::string& name = n.nodes[nl.node];
