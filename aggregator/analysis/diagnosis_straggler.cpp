@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "debug_log.hpp"
 #include "diagnosis_steps.hpp"
 
 namespace netprism::analysis::diagnosis_steps {
@@ -351,6 +352,19 @@ void straggler_findings(const Normalized& n, const JobSlice& job, const Structur
     flag_late_joins(L, L.threshold);
   }
   flag_persistently_late(L, iters, L.threshold);
+  if (debug::lines_on())
+    for (size_t c = 0; c < ch.chains.size(); ++c) {
+      std::string l = "straggler: pipeline of ";
+      l += n.nodes[job.nodes[ch.chains[c][0]]];
+      l += ", threshold ";
+      l += ms(L.threshold);
+      l += ", lateness (ms)";
+      for (double x : L.lat[c]) {
+        l += ' ';
+        l += std::isnan(x) ? std::string("-") : fmt("%.1f", x / 1e6);
+      }
+      debug::line(l);
+    }
   for (size_t c = 0; c < ch.chains.size(); ++c) {
     int first = first_run(L.flag[c], s.dp_groups.empty() ? kSignWindow : kPersist);
     if (first < 0) continue;
