@@ -81,6 +81,7 @@ INSTANTIATE_TEST_SUITE_P(
         Expect{"straggler_loaded", k4, 2, 2, 1, "ended", 23, {{"straggler", "n2"}}},
         // Issue 22's alarms: healthy under CPU load, a pause under load, 2x slow host links.
         Expect{"pp4_loaded", k4, 1, 4, 1, "ended", 13, {}},
+        Expect{"ddp4_loaded", k4, 4, 1, 1, "ended", 13, {}},
         Expect{"dp3pp2_loaded", {"n0", "n1", "n2", "n3", "n4", "n5"}, 3, 2, 1, "ended", 13, {}},
         Expect{"pause_dp4", k4, 4, 1, 1, "ended", 13, {}},
         Expect{"slowlink_2x", k4, 2, 2, 1, "ended", 15, {{"slow_link", "n0<->n1"}}},
