@@ -123,6 +123,37 @@ std::vector<size_t> reading(const std::vector<double>& cum, const std::vector<do
   return out;
 }
 
+// How many stretches of reading `r` are judged, and how many of them are closed by their longest quiet
+// (kClosingRatio times every quiet inside). Judged: every stretch whose closing quiet is in view, the one
+// before the first end included (a partial iteration is closed by its forward pass too). But a partial
+// first stretch (less than a whole iteration's volume) holds only part of an iteration's quiets, often a
+// single burst with none at all, so it is "closed by its longest quiet" whatever V is, and the reading may
+// place its end at any quiet of the prefix. It is evidence only when its closing quiet also lasts about as
+// long as the whole iterations' (at least 1/kClosingRatio of their median): were the reading right, each
+// of these quiets is a forward pass, and forward passes take about the same time. Otherwise it is not
+// judged at all. Without this, a benign pause halfway through a run passed as the forward pass of
+// iterations six times too long: the first synchronisation alone before the first end and the six
+// iterations before the pause (closed by the pause, four times the quiet closing the first) made two of
+// two, and e2e_live_pause read 11 iterations as one (AnalysisTimeline.PauseHalfway...).
+std::pair<size_t, size_t> closed_stretches(const std::vector<size_t>& r, const std::vector<double>& cum,
+                                           const std::vector<double>& quiet, double V) {
+  std::vector<double> whole_closing;
+  for (size_t i = 1; i < r.size(); ++i)
+    if (r[i] + 1 < quiet.size()) whole_closing.push_back(quiet[r[i]]);
+  size_t judged = 0, ordered = 0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (r[i] + 1 == quiet.size()) continue;  // the last burst's quiet is not in view
+    double inside = 0;
+    for (size_t k = i == 0 ? 0 : r[i - 1] + 1; k < r[i]; ++k) inside = std::max(inside, quiet[k]);
+    if (i == 0 && cum[r[0]] < V / kMaxVolumeSpread && !whole_closing.empty() &&
+        kClosingRatio * quiet[r[0]] < median(whole_closing))
+      continue;  // a partial first stretch not closed like a whole iteration: no evidence either way
+    ++judged;
+    ordered += quiet[r[i]] >= kClosingRatio * inside ? 1 : 0;
+  }
+  return {judged, ordered};
+}
+
 // The iteration ends among the bursts' ends. The iteration volume V is not known: candidates are the median
 // volumes between the ends of the m longest quiets, for m on a geometric ladder (the right m, one quiet per
 // iteration, gives V itself). A candidate's reading holds when the forward pass closes its iterations: in
@@ -155,19 +186,9 @@ std::vector<uint64_t> longest_quiets(const std::vector<Burst>& b, const Upto& up
     std::vector<size_t> r = reading(cum, quiet, V);
 
     if (r.size() < kMinIterations + 1) continue;
-    // Judged: every stretch whose closing quiet is in view, the one before the first end included (a
-    // partial iteration is closed by its forward pass too); at least two.
-    size_t judged = 0, ordered = 0;
+    auto [judged, ordered] = closed_stretches(r, cum, quiet, V);
     std::vector<double> vr;
-    for (size_t i = 0; i < r.size(); ++i) {
-      size_t from = i == 0 ? 0 : r[i - 1] + 1;
-      if (i > 0) vr.push_back(cum[r[i]] - cum[r[i - 1]]);
-      if (r[i] + 1 == n) continue;  // the last burst's quiet is not in view
-      double inside = 0;
-      for (size_t k = from; k < r[i]; ++k) inside = std::max(inside, quiet[k]);
-      ++judged;
-      ordered += quiet[r[i]] >= kClosingRatio * inside ? 1 : 0;
-    }
+    for (size_t i = 1; i < r.size(); ++i) vr.push_back(cum[r[i]] - cum[r[i - 1]]);
     if (debug::lines_on()) {
       std::string l;
       debug::appendf(l,

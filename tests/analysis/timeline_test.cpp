@@ -223,3 +223,35 @@ TEST(AnalysisTimeline, LateRetransmissionEndsTheSynchronisationOfItsMember) {
   double step = static_cast<double>(truth.boundaries[6] - truth.boundaries[5]);
   EXPECT_LT(best, 0.05 * step);
 }
+
+// A benign pause of every rank halfway through a run (the testbed's pause recording: 12 iterations of
+// 470 ms, 1.5 s pause after the sixth) whose first iteration's quiet is a little longer than the rest (a
+// slow first step, as real runs have: 60 and 120 ms here). The pause then looks like the forward pass of
+// iterations six times as long (its first synchronisation alone before the first end, the next five before
+// the pause), a reading of the DP volume that e2e_live_pause once took: 11 iterations read as one of 4.4 s.
+// The partial leading stretch is not evidence for it, so every iteration stays, the pause's one long.
+TEST(AnalysisTimeline, PauseHalfwayWithASlowFirstStepKeepsEveryIteration) {
+  const std::string dir = std::string(NP_SAMPLES_DIR) + "/pause";
+  for (uint64_t slower_ms : {0, 60, 120}) {
+    SCOPED_TRACE(testing::Message() << "first quiet " << slower_ms << " ms longer");
+    std::string err;
+    auto in = load_csv(dir + "/flows.csv.gz", dir + "/topology.txt", err);
+    ASSERT_TRUE(in) << err;
+    // The end of the first DP synchronisation of the first stage (n0 <-> n1): its first large transfer.
+    uint64_t first_sync_end = UINT64_MAX;
+    for (const auto& e : in->events)
+      if (e.bytes > 100'000 && ((e.src == "10.213.33.1" && e.dst == "10.213.33.2") ||
+                                (e.src == "10.213.33.2" && e.dst == "10.213.33.1")))
+        first_sync_end = std::min(first_sync_end, e.last_ns);
+    ASSERT_NE(first_sync_end, UINT64_MAX);
+    const uint64_t cut = first_sync_end + 5'000'000;
+    delay_events(*in, slower_ms * 1'000'000, [&](const FlowEvent& e) { return e.first_ns > cut; });
+    auto r = analyze(*in);
+    ASSERT_EQ(r.jobs.size(), 1u);
+    const auto& its = r.jobs[0].iterations;
+    ASSERT_EQ(its.size(), 11u);  // 12 synchronisations seen: 11 whole iterations between them
+    size_t long_ones = 0;
+    for (const auto& it : its) long_ones += it.duration_ns > 1'500'000'000 ? 1 : 0;
+    EXPECT_EQ(long_ones, 1u);  // the pause's iteration, and only it
+  }
+}
