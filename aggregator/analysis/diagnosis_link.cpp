@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "debug_log.hpp"
 #include "diagnosis_steps.hpp"
 
 namespace netprism::analysis::diagnosis_steps {
@@ -256,14 +258,168 @@ std::vector<Direction> measured_directions(const JobSlice& job, const Structure&
   return dirs;
 }
 
+// A node's host link (its NIC and cable) slows every direction through the node, in and out, whichever
+// peer is on the other end. Comparing a direction with the other node pairs of its role takes in the node's
+// other slow directions: in a DP ring a node's in- and out-directions go to two different peers, so the
+// reference of one holds the other (1 of 3), and the ratios read 0.5-0.8 for a 2x link (live, where both
+// directions' arrivals are seen); and each slow direction raises a finding of its own, two findings for one
+// fault. Per node, per iteration: every direction through the node against the median of the same role's
+// directions *not* through it (at least two), and the node's ratio is the highest of them: all of its
+// directions must be slow for the node to be (one slow peer pair slows only some, and a slow host link is
+// then the peer's). Its noise and threshold as for directions (min(0.7, exp(-3 sigma)) over the job's node
+// ratios), degraded in kLinkPersist consecutive measured iterations. Needs a node with directions to two
+// peers or more (what the node's link has in common and a peer's does not) and two directions of each role
+// elsewhere: not in a DP2 job alone. What the job's traffic cannot tell apart is the node's link from a
+// switch link that every one of its directions crosses (a node whose peers are all under other leaves): with
+// a topology file's switch lines, the fabric diagnosis (diagnosis_fabric.cpp) decides across jobs.
+struct NodeLink {
+  uint32_t node = 0;
+  std::vector<size_t> dirs;   // the directions through the node
+  std::vector<double> ratio;  // per iteration: the highest of its directions' ratios (0: unmeasured)
+  std::vector<std::vector<double>> dir_ratio;  // per direction (as `dirs`), per iteration
+  std::vector<double> ref;                     // per iteration: the reference of its first direction's role
+};
+
+constexpr size_t kNodeMinPeers = 2;
+
+std::vector<NodeLink> node_links(const std::vector<Direction>& dirs, size_t iters) {
+  std::map<uint32_t, NodeLink> by_node;
+  for (size_t k = 0; k < dirs.size(); ++k)
+    for (uint32_t v : {dirs[k].src, dirs[k].dst}) {
+      by_node[v].node = v;
+      by_node[v].dirs.push_back(k);
+    }
+  std::vector<NodeLink> out;
+  for (auto& [v, nl] : by_node) {
+    std::set<uint32_t> peers;
+    for (size_t k : nl.dirs) peers.insert(dirs[k].src == v ? dirs[k].dst : dirs[k].src);
+    // Directions to one peer only: the node's link, the peer's and the path between them slow the same
+    // directions; the pair comparison above names the pair.
+    if (peers.size() < kNodeMinPeers) continue;
+    nl.ratio.assign(iters, 0);
+    nl.ref.assign(iters, 0);
+    nl.dir_ratio.assign(nl.dirs.size(), std::vector<double>(iters, 0));
+    for (size_t i = kWarmup; i < iters; ++i) {
+      double highest = 0;
+      bool all = true;
+      for (size_t m = 0; m < nl.dirs.size(); ++m) {
+        const Direction& d = dirs[nl.dirs[m]];
+        if (d.rate[i] <= 0) continue;  // idle in this iteration: no evidence either way
+        std::vector<double> others;
+        for (const Direction& o : dirs)
+          if (o.role == d.role && o.src != v && o.dst != v && o.rate[i] > 0) others.push_back(o.rate[i]);
+        if (others.size() < 2) {
+          all = false;
+          break;
+        }
+        double ref = median(others);
+        if (m == 0 || nl.ref[i] <= 0) nl.ref[i] = ref;
+        nl.dir_ratio[m][i] = d.rate[i] / ref;
+        highest = std::max(highest, nl.dir_ratio[m][i]);
+      }
+      nl.ratio[i] = all ? highest : 0;
+    }
+    out.push_back(std::move(nl));
+  }
+  return out;
+}
+
+// The node ratios as directions of rate `ratio` against a reference of 1, so degraded_run() reads them.
+Direction as_direction(const NodeLink& nl, double threshold, double sigma) {
+  Direction d;
+  d.rate = nl.ratio;
+  d.ref.assign(nl.ratio.size(), 1.0);
+  d.threshold = threshold;
+  d.sigma = sigma;
+  return d;
+}
+
+// One finding for a node's host link: subject the node's slowest direction (the contract's subject is a node
+// pair), evidence every direction's ratio.
+Finding node_finding(const Normalized& n, const std::vector<Direction>& dirs, const NodeLink& nl,
+                     const Run& r, double threshold, double sigma, const Timeline& t, size_t iters) {
+  size_t slowest = 0;
+  double slowest_ratio = 0;
+  std::string each;
+  for (size_t m = 0; m < nl.dirs.size(); ++m) {
+    std::vector<double> v;
+    for (size_t i = static_cast<size_t>(r.onset); i < iters; ++i)
+      if (nl.dir_ratio[m][i] > 0) v.push_back(nl.dir_ratio[m][i]);
+    double med = median(v);
+    const Direction& d = dirs[nl.dirs[m]];
+    each += std::string(each.empty() ? "" : ", ") + n.nodes[d.src] + "->" + n.nodes[d.dst] + " " +
+            fmt("%.2fx", med);
+    if (!v.empty() && (slowest_ratio == 0 || med < slowest_ratio)) slowest = m, slowest_ratio = med;
+  }
+  Direction d = dirs[nl.dirs[slowest]];
+  d.ref = nl.ref;  // the what-if at the rate of the directions not through the node
+  d.threshold = threshold;
+  d.sigma = sigma;
+  Run dr;
+  dr.onset = r.onset;
+  for (auto& [i, ratio] : r.ratios) dr.ratios.emplace_back(i, ratio);
+  Finding f = link_finding(n, d, dr, t, iters);
+  std::string list;
+  for (size_t k = 0; k < r.ratios.size() && k < 12; ++k)
+    list += (k ? " " : "") + std::to_string(r.ratios[k].first) + ":" + fmt("%.2f", r.ratios[k].second);
+  if (r.ratios.size() > 12) list += " ...";
+  f.evidence =
+      "the link of " + n.nodes[nl.node] + " (or a switch link that all its traffic crosses): every " +
+      "direction through it slower than the same role's directions not through it, from iteration " +
+      std::to_string(r.onset) + " (" + each + "; the highest of them below " + fmt("%.2fx", threshold) +
+      " in " + std::to_string(kLinkPersist) +
+      " consecutive iterations: threshold min(0.70x, exp(-3 sigma)), sigma " + fmt("%.3f", sigma) +
+      " the job's iteration-to-iteration spread of these node ratios); per iteration, the highest " + list;
+  return f;
+}
+
+// Nodes whose every direction is slow: their directions' own findings are replaced by one for the node.
+void node_link_findings(const Normalized& n, const std::vector<Direction>& dirs, const Timeline& t,
+                        size_t iters, std::vector<Finding>& out) {
+  std::vector<NodeLink> nodes = node_links(dirs, iters);
+  std::vector<double> diffs;
+  for (const NodeLink& nl : nodes) {
+    double prev = std::nan("");
+    for (size_t i = kWarmup; i < iters; ++i) {
+      if (nl.ratio[i] <= 0) continue;
+      double l = std::log(nl.ratio[i]);
+      if (!std::isnan(prev)) diffs.push_back(std::fabs(l - prev));
+      prev = l;
+    }
+  }
+  const double sigma = kMadToSigma * median(diffs) / std::sqrt(2.0);
+  const double threshold = std::min(kSlowLinkRatio, std::exp(-kLinkZ * sigma));
+  for (const NodeLink& nl : nodes) {
+    if (debug::lines_on()) {
+      std::string l = "node link " + n.nodes[nl.node] + ": threshold " + fmt("%.2f", threshold) + " sigma " +
+                      fmt("%.3f", sigma) + ", ratios";
+      for (double x : nl.ratio) l += " " + fmt("%.2f", x);
+      debug::line(l);
+    }
+    Run r = degraded_run(as_direction(nl, threshold, sigma), iters);
+    if (r.onset < 0) continue;
+    const std::string& name = n.nodes[nl.node];
+    std::erase_if(out, [&](const Finding& f) {
+      auto arrow = f.subject.find("->");
+      return f.kind == "slow_link" && arrow != std::string::npos &&
+             (f.subject.substr(0, arrow) == name || f.subject.substr(arrow + 2) == name);
+    });
+    out.push_back(node_finding(n, dirs, nl, r, threshold, sigma, t, iters));
+  }
+}
+
 }  // namespace
 
 void slow_link_findings(const Normalized& n, const JobSlice& job, const Structure& s, const Timeline& t,
                         size_t iters, std::vector<Finding>& out) {
-  for (const Direction& d : measured_directions(job, s, t, iters)) {
+  std::vector<Finding> links;
+  std::vector<Direction> dirs = measured_directions(job, s, t, iters);
+  for (const Direction& d : dirs) {
     Run r = degraded_run(d, iters);
-    if (r.onset >= 0) out.push_back(link_finding(n, d, r, t, iters));
+    if (r.onset >= 0) links.push_back(link_finding(n, d, r, t, iters));
   }
+  node_link_findings(n, dirs, t, iters, links);
+  out.insert(out.end(), links.begin(), links.end());
 }
 
 }  // namespace netprism::analysis::diagnosis_steps

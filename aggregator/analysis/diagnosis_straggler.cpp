@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "debug_log.hpp"
 #include "diagnosis_steps.hpp"
 
 namespace netprism::analysis::diagnosis_steps {
@@ -215,20 +216,33 @@ void flag_slow_steps(Lateness& L, const std::vector<Iteration>& its, double base
   }
 }
 
-// The persistent signature (kSignWindow): a chain later than its peers in every iteration of a window, by a
+// The sign test's chance is per group, not per pipeline: with C replicas, one of them is later than the
+// others' median in every iteration of a window of W by chance about C x 2^-W of the time (each is later with
+// probability 1/2 per iteration, and any of the C can be). kSignWindow (5) holds that at 1 in 16 for a pair;
+// W = 5 + ceil(log2(C / 2)) keeps it there for larger groups. Measured: a healthy DDP4 run beside 3 CPU
+// burners (alarms campaign, 2026-11-27) had one replica's first bucket 92, 22, 18, 48, 38 ms after the
+// others' (its comm thread descheduled; its own truth log: compute ends within 10 ms of its peers) and was
+// named with a median of 38.3 ms against a 38.2 ms threshold; its 6-window medians are 30 ms and below.
+size_t sign_window(size_t replicas) {
+  size_t w = kSignWindow;
+  for (size_t c = 2; c < replicas; c *= 2) ++w;
+  return w;
+}
+
+// The persistent signature (sign_window): a chain later than its peers in every iteration of a window, by a
 // median of at least the threshold, is flagged from the window's first iteration above the threshold itself
 // (the lead-in of small positive lateness before a fault begins is chance, not the fault).
 void flag_persistently_late(Lateness& L, size_t iters, double threshold) {
+  const size_t window = sign_window(L.lat.size());
   for (size_t c = 0; c < L.lat.size(); ++c)
-    for (size_t i = kWarmup; i + kSignWindow <= iters; ++i) {
+    for (size_t i = kWarmup; i + window <= iters; ++i) {
       const auto& lat = L.lat[c];
-      std::vector<double> w(lat.begin() + static_cast<long>(i),
-                            lat.begin() + static_cast<long>(i + kSignWindow));
+      std::vector<double> w(lat.begin() + static_cast<long>(i), lat.begin() + static_cast<long>(i + window));
       if (!std::all_of(w.begin(), w.end(), [](double x) { return x > 0; })) continue;  // NaN fails too
       if (median(w) < threshold) continue;
       size_t from = i;
       while (lat[from] < threshold) ++from;
-      for (size_t j = from; j < i + kSignWindow; ++j) {
+      for (size_t j = from; j < i + window; ++j) {
         L.flag[c][j] = 1;
         L.late[c][j] = std::max(L.late[c][j], lat[j]);
       }
@@ -351,6 +365,19 @@ void straggler_findings(const Normalized& n, const JobSlice& job, const Structur
     flag_late_joins(L, L.threshold);
   }
   flag_persistently_late(L, iters, L.threshold);
+  if (debug::lines_on())
+    for (size_t c = 0; c < ch.chains.size(); ++c) {
+      std::string l = "straggler: pipeline of ";
+      l += n.nodes[job.nodes[ch.chains[c][0]]];
+      l += ", threshold ";
+      l += ms(L.threshold);
+      l += ", lateness (ms)";
+      for (double x : L.lat[c]) {
+        l += ' ';
+        l += std::isnan(x) ? std::string("-") : fmt("%.1f", x / 1e6);
+      }
+      debug::line(l);
+    }
   for (size_t c = 0; c < ch.chains.size(); ++c) {
     int first = first_run(L.flag[c], s.dp_groups.empty() ? kSignWindow : kPersist);
     if (first < 0) continue;

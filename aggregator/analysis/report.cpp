@@ -1,7 +1,7 @@
 // `netprism report`: a fleet view, one row per job (nodes, hours observed, iterations, median step time, time
-// lost, stragglers, slow links, hangs), in the spirit of the Acme characterisation of LLM training clusters.
-// Computed from analysed jobs: by the aggregator for its live view (query "report") and by the CLI itself
-// for a recording (`netprism report --input FILE`), so both print the same document.
+// lost, stragglers, slow links, hangs, fabric elements), in the spirit of the Acme characterisation of LLM
+// training clusters. Computed from analysed jobs: by the aggregator for its live view (query "report") and by
+// the CLI itself for a recording (`netprism report --input FILE`), so both print the same document.
 #include "analysis.hpp"
 
 #include <algorithm>
@@ -35,6 +35,9 @@ constexpr double kSlowRunFactor = 1.5;
 //    counted once), and where several findings cover an iteration the largest saving is taken: removing one
 //    cause does not remove the others, and the savings of removing several are not additive.
 //  - hang: while hung, the time since the hang began (the job makes no progress at all).
+//  - a fabric finding (a switch or switch link slowing this job's directions) has no time of its own: the
+//    job's slow_link findings of the directions it explains stay beside it, and their time is under
+//    slow_links (counting it again under the fabric would count one slowdown twice).
 // total = the sum of the three; share = total / observed time. Observed time runs from the job's first
 // training transfer to its last one, or to now while it is hung.
 nlohmann::json fleet_report(const std::vector<Job>& jobs, uint64_t now_ns) {
@@ -42,6 +45,9 @@ nlohmann::json fleet_report(const std::vector<Job>& jobs, uint64_t now_ns) {
   std::set<std::string> fleet_nodes;
   double fleet_node_h = 0, fleet_lost_node_h = 0;
   int n_stragglers = 0, n_slow_links = 0, n_hangs = 0;
+  // A fabric element (a switch or a link between switches) slows every job crossing it and is reported in
+  // each of them: the fleet counts it once, by subject.
+  std::set<std::string> fleet_fabric;
   for (const auto& j : jobs) {
     const std::size_t n = j.iterations.size();
     std::vector<double> d(n);
@@ -60,11 +66,12 @@ nlohmann::json fleet_report(const std::vector<Job>& jobs, uint64_t now_ns) {
     }
     std::vector<double> save_straggler(n, 0), save_link(n, 0);
     nlohmann::json stragglers = nlohmann::json::array(), links = nlohmann::json::array(),
-                   hangs = nlohmann::json::array();
+                   hangs = nlohmann::json::array(), fabric = nlohmann::json::array();
     uint64_t hang_start = 0;
     for (const auto& f : j.findings) {
       if (f.kind == "straggler") stragglers.push_back(f.subject);
       if (f.kind == "slow_link") links.push_back(f.subject);
+      if (f.kind == "fabric") fabric.push_back(f.subject), fleet_fabric.insert(f.subject);
       if (f.kind == "hang") {
         hangs.push_back(f.subject);
         if (f.start_ns && (!hang_start || f.start_ns < hang_start)) hang_start = f.start_ns;
@@ -118,7 +125,8 @@ nlohmann::json fleet_report(const std::vector<Job>& jobs, uint64_t now_ns) {
                     {"time_lost_share", observed > 0 ? std::min(1.0, lost / observed) : 0.0},
                     {"stragglers", stragglers},
                     {"slow_links", links},
-                    {"hangs", hangs}});
+                    {"hangs", hangs},
+                    {"fabric", fabric}});
   }
   return {{"jobs", rows},
           {"fleet",
@@ -128,7 +136,8 @@ nlohmann::json fleet_report(const std::vector<Job>& jobs, uint64_t now_ns) {
             {"node_hours_lost", fleet_lost_node_h},
             {"stragglers", n_stragglers},
             {"slow_links", n_slow_links},
-            {"hangs", n_hangs}}},
+            {"hangs", n_hangs},
+            {"fabric", fleet_fabric.size()}}},
           {"now_ns", now_ns}};
 }
 

@@ -67,11 +67,12 @@ std::string fleet_summary(const json& report) {
                     esc(format_time(static_cast<uint64_t>(num(report, "now_ns")))) + "</p>\n<table>\n";
   out +=
       "<tr><th>jobs</th><th>nodes</th><th>node-hours</th><th>node-hours lost</th><th>stragglers</th>"
-      "<th>slow links</th><th>hangs</th></tr>\n";
+      "<th>slow links</th><th>fabric elements</th><th>hangs</th></tr>\n";
   out += fmt::format(
-      "<tr><td>{}</td><td>{}</td><td>{:.2f}</td><td>{:.2f}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+      "<tr><td>{}</td><td>{}</td><td>{:.2f}</td><td>{:.2f}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></"
+      "tr>\n",
       num(f, "jobs"), num(f, "nodes"), num(f, "node_hours"), num(f, "node_hours_lost"), num(f, "stragglers"),
-      num(f, "slow_links"), num(f, "hangs"));
+      num(f, "slow_links"), num(f, "fabric"), num(f, "hangs"));
   out +=
       "</table>\n<table>\n<tr><th class=\"l\">job</th><th class=\"l\">state</th><th>nodes</th>"
       "<th>iterations</th><th>median step (ms)</th><th>time lost</th></tr>\n";

@@ -244,21 +244,22 @@ std::string render_report(const json& doc) {
     return h < 1.0 / 60 ? fixed(h * 3600, 1) + " s" : h < 1 ? fixed(h * 60, 1) + " min" : fixed(h, 2) + " h";
   };
   Table t({"JOB", "STATE", "NODES", "OBSERVED", "ITERS", "MEDIAN STEP(ms)", "LOST(s)", "LOST%", "SLOW ITERS",
-           "STRAGGLERS", "SLOW LINKS", "HANG"});
+           "STRAGGLERS", "SLOW LINKS", "FABRIC", "HANG"});
   for (const auto& j : jobs) {
     const auto& lost = obj(j, "time_lost_s");
     auto list = [&](const char* k) { return arr(j, k).empty() ? std::string("-") : join(arr(j, k), " "); };
     t.add({u(j, "id"), u(j, "state"), std::to_string(arr(j, "nodes").size()),
            span(j.value("hours_observed", 0.0)), u(j, "iterations"), fixed(j.value("median_step_ms", 0.0), 1),
            fixed(lost.value("total", 0.0), 2), fixed(100 * j.value("time_lost_share", 0.0), 1),
-           u(j, "slow_iterations"), list("stragglers"), list("slow_links"), list("hangs")});
+           u(j, "slow_iterations"), list("stragglers"), list("slow_links"), list("fabric"), list("hangs")});
   }
   const auto& f = obj(doc, "fleet");
   std::string out = t.str();
   out += "fleet: " + u(f, "jobs") + " jobs on " + u(f, "nodes") + " nodes, " +
          fixed(f.value("node_hours", 0.0), 3) + " node-hours observed, " +
          fixed(f.value("node_hours_lost", 0.0), 3) + " lost; " + u(f, "stragglers") + " stragglers, " +
-         u(f, "slow_links") + " slow links, " + u(f, "hangs") + " hangs\n";
+         u(f, "slow_links") + " slow links, " + u(f, "fabric") + " fabric elements, " + u(f, "hangs") +
+         " hangs\n";
   out +=
       "time lost = slow iterations' excess over the median step + (step - what-if step) for iterations a "
       "straggler or slow link affects + time hung\n";

@@ -18,7 +18,7 @@ using nlohmann::json;
 using prometheus::Labels;
 
 // Every job gets a series per kind, 0 when it has none, so a dashboard shows a finding go away.
-constexpr const char* kFindingKinds[] = {"straggler", "slow_link", "slow_iteration", "hang"};
+constexpr const char* kFindingKinds[] = {"straggler", "slow_link", "slow_iteration", "hang", "fabric"};
 constexpr const char* kJobStates[] = {"running", "idle", "hung", "ended"};
 
 double num(const json& doc, const char* key) {

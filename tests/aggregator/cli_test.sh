@@ -163,11 +163,11 @@ run 1 analyze --input "$work/missing.csv"
 run 1 analyze --input "$work/f.csv" --format native
 
 # ---- report: fleet view, live (query endpoint) and offline (--input), both modes, errors ------------------
-rkeys="{'id','state','nodes','first_ns','last_ns','hours_observed','node_hours','iterations','median_step_ms','slow_iterations','time_lost_s','time_lost_share','stragglers','slow_links','hangs'}"
+rkeys="{'id','state','nodes','first_ns','last_ns','hours_observed','node_hours','iterations','median_step_ms','slow_iterations','time_lost_s','time_lost_share','stragglers','slow_links','hangs','fabric'}"
 lsum="all(abs(j['time_lost_s']['total'] - sum(v for k, v in j['time_lost_s'].items() if k != 'total')) < 1e-9 and min(j['time_lost_s'].values()) >= 0 and 0 <= j['time_lost_share'] <= 1 for j in d['jobs'])"
 run 0 report --json && {
   jcheck "len(d['jobs']) == $njobs and all(set(j) >= $rkeys for j in d['jobs'])"
-  jcheck "set(d['fleet']) >= {'jobs','nodes','node_hours','node_hours_lost','stragglers','slow_links','hangs'} and d['fleet']['jobs'] == $njobs"
+  jcheck "set(d['fleet']) >= {'jobs','nodes','node_hours','node_hours_lost','stragglers','slow_links','hangs','fabric'} and d['fleet']['jobs'] == $njobs"
   jcheck "$lsum"
   jcheck "all(j['hours_observed'] >= 0 and j['median_step_ms'] >= 0 for j in d['jobs'])"
 }
@@ -198,6 +198,18 @@ for s in dp2pp2_1f1b straggler hang; do
   esac
   run 0 report --input "$work/$s.csv" --topology "$samples/$s/topology.txt" && tcheck "^fleet: 1 jobs on 4 nodes"
 done
+# A degraded fabric link (sample fabric_link: leaf1<->spine0 at half the line rate, two tenants crossing it):
+# each job lists the fabric element, and the fleet counts it once, not once per job.
+if [[ -f $samples/fabric_link/flows.csv.gz ]]; then
+  gzip -dc "$samples/fabric_link/flows.csv.gz" >"$work/fabric.csv"
+  run 0 report --input "$work/fabric.csv" --topology "$samples/fabric_link/topology.txt" --json && {
+    jcheck "len(d['jobs']) == 2 and all(j['fabric'] == ['leaf1<->spine0'] for j in d['jobs']) and d['fleet']['fabric'] == 1 and $lsum"
+  }
+  run 0 report --input "$work/fabric.csv" --topology "$samples/fabric_link/topology.txt" &&
+    tcheck "FABRIC" && tcheck "leaf1<->spine0" && tcheck "1 fabric elements"
+  run 0 report --input "$work/dp2pp2_1f1b.csv" --topology "$samples/dp2pp2_1f1b/topology.txt" --json &&
+    jcheck "d['jobs'][0]['fabric'] == [] and d['fleet']['fabric'] == 0"
+else bad "sample fabric_link missing under $samples"; fi
 
 # ---- usage errors: 2, one line ---------------------------------------------------------------------------------
 run 2 flows --limit abc

@@ -149,6 +149,34 @@ TEST(AnalysisDiagnosis, SlowLinkIsReadFromArrivalsWhereTheReceiverSawThem) {
   EXPECT_NE(f[0].evidence.find("MB/s"), std::string::npos);
 }
 
+// A 2x slow host link in a DP4 ring slows the node's in- and out-directions, which go to two different
+// peers: one finding for the node's link (not one per direction), named within 4 iterations of the onset.
+TEST(AnalysisDiagnosis, SlowHostLinkInARingIsOneFindingForTheNode) {
+  synth::Spec s;
+  s.dp = 4;
+  s.pp = 1;
+  s.iters = 14;
+  s.slow_node = 2;
+  s.slow_both = true;
+  s.slow_factor = 2;
+  s.slow_from = 6;
+  Job j = run(s);
+  auto f = of_kind(j, "slow_link");
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0].subject.find("n2"), std::string::npos) << f[0].subject;
+  EXPECT_NE(f[0].evidence.find("the link of n2"), std::string::npos) << f[0].evidence;
+  EXPECT_GE(f[0].first_iteration, 5);
+  EXPECT_LE(f[0].first_iteration, 7);
+  EXPECT_TRUE(of_kind(j, "straggler").empty());
+  // Only the node's outgoing directions slow (its peer's incoming): no node explains them all, the direction
+  // is named as before.
+  s.slow_both = false;
+  auto g = of_kind(run(s), "slow_link");
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].subject, "n2->n3");
+  EXPECT_EQ(g[0].evidence.find("the link of"), std::string::npos) << g[0].evidence;
+}
+
 TEST(AnalysisDiagnosis, HangDetectedLiveWithinTheBoundAndNotBefore) {
   synth::Spec s;
   s.iters = 14;

@@ -62,9 +62,10 @@ struct Emitter {
       in.events.push_back(e);
     }
   }
-  uint64_t xfer_ns(int src, uint64_t bytes, int iter) const {
+  uint64_t xfer_ns(int src, int dst, uint64_t bytes, int iter) const {
     double rate = s.link_mbps * 1e6;
-    if (src == s.slow_node && iter >= s.slow_from && iter <= s.slow_to) rate /= s.slow_factor;
+    bool through = src == s.slow_node || (s.slow_both && dst == s.slow_node);
+    if (through && iter >= s.slow_from && iter <= s.slow_to) rate /= s.slow_factor;
     return static_cast<uint64_t>(static_cast<double>(bytes) / rate * 1e9) + 30'000;
   }
 };
@@ -153,13 +154,13 @@ Truth generate(const Spec& s, Input& in) {
             uint64_t end = start + dur;
             free_at[static_cast<size_t>(st)] = end;
             if (!bw && st + 1 < s.pp) {
-              uint64_t x = em.xfer_ns(v, s.act_bytes, it);
+              uint64_t x = em.xfer_ns(v, node(st + 1, r), s.act_bytes, it);
               em.emit(v, node(st + 1, r), end, end + x, s.act_bytes);
               act[static_cast<size_t>(st + 1)][static_cast<size_t>(m)] = end + x;
             }
             if (!bw && st + 1 == s.pp) grad[static_cast<size_t>(st)][static_cast<size_t>(m)] = end;  // loss
             if (bw && st > 0) {
-              uint64_t x = em.xfer_ns(v, s.act_bytes, it);
+              uint64_t x = em.xfer_ns(v, node(st - 1, r), s.act_bytes, it);
               em.emit(v, node(st - 1, r), end, end + x, s.act_bytes);
               grad[static_cast<size_t>(st - 1)][static_cast<size_t>(m)] = end + x;
             }
@@ -184,15 +185,15 @@ Truth generate(const Spec& s, Input& in) {
         for (int r = 0; r < s.dp; ++r) {
           int v = node(st, r), nb = node(st, (r + 1) % s.dp);
           uint64_t t0 = done[static_cast<size_t>(v)];
-          em.emit(v, nb, t0, t0 + em.xfer_ns(v, chunk, it), chunk);
+          em.emit(v, nb, t0, t0 + em.xfer_ns(v, nb, chunk, it), chunk);
         }
         // 2 (dp - 1) - 1 further steps, every member sending one chunk to its neighbour in each.
-        uint64_t tt = join_all + em.xfer_ns(node(st, 0), chunk, it);
+        uint64_t tt = join_all + em.xfer_ns(node(st, 0), node(st, 1 % s.dp), chunk, it);
         for (int step = 1; step < 2 * (s.dp - 1); ++step) {
           uint64_t slow = 0;
           for (int r = 0; r < s.dp; ++r) {
             int v = node(st, r), nb = node(st, (r + 1) % s.dp);
-            uint64_t x = em.xfer_ns(v, chunk, it);
+            uint64_t x = em.xfer_ns(v, nb, chunk, it);
             em.emit(v, nb, tt, tt + x, chunk);
             slow = std::max(slow, x);
           }

@@ -35,8 +35,9 @@ struct Spec {
       -1;  // node whose outgoing transfers run at link_mbps / slow_factor from iteration slow_from
   double slow_factor = 1.0;
   int slow_from = 0;
-  int slow_to = 1 << 30;  // last slow iteration (a transient glitch: from = to)
-  int pause_at = -1;      // every node pauses pause_ms at the start of this iteration
+  int slow_to = 1 << 30;   // last slow iteration (a transient glitch: from = to)
+  bool slow_both = false;  // the slow node's incoming transfers too (its host link, both ways)
+  int pause_at = -1;       // every node pauses pause_ms at the start of this iteration
   double pause_ms = 0;
   int hang_at = -1;  // traffic stops at this iteration (node hang_node stops first); no teardown
   int hang_node = 0;

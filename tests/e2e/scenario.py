@@ -64,6 +64,10 @@ SCENARIOS = {
     # the node's at half of it) where the only comparable links are one other pair, and in a DP4 ring.
     "pp4_loaded": ["--dp", "1", "--pp", "4", "--iters", "14", "--fault", "cpuload:workers=3"],
     "dp3pp2_loaded": ["--dp", "3", "--pp", "2", "--fwd-ms", "40", "--iters", "14", "--fault", "cpuload:workers=3"],
+    # DDP4 beside 3 CPU burners: a replica's first bucket late by chance in 5 iterations in a row (one of four
+    # replicas: the straggler's sign window grows with the group, diagnosis_straggler.cpp).
+    "ddp4_loaded": ["--ddp", "--dp", "4", "--pp", "1", "--depth", "4", "--micro-batches", "1", "--fwd-ms", "100",
+                    "--iters", "14", "--fault", "cpuload:workers=3"],
     "pause_dp4": ["--dp", "4", "--pp", "1", "--iters", "14", "--fault", "pause:at=5,seconds=2", "--fault",
                   "cpuload:workers=3"],
     "slowlink_2x": ["--dp", "2", "--pp", "2", "--link-rate", "400mbit", "--iters", "16", "--fault",
@@ -73,7 +77,10 @@ SCENARIOS = {
 }
 
 # Live mode costs more CPU (an agent per node, the aggregator, CLI polling): the shapes and every fault.
-LIVE = ["dp2pp2tp2_1f1b", "two_jobs", "straggler", "slowlink", "hang", "pause", "mpi_dp4_allreduce", "mpi_straggler"]
+# The 2x host links (issue 22) live too, in the campaign: 9 of 10 named within 5 iterations (docs/analysis.md,
+# "Slow host link"); the strict timeline bounds failed 2 of those 10 at host load 10-12 (median error 1.5-1.8 %).
+LIVE = ["dp2pp2tp2_1f1b", "two_jobs", "straggler", "slowlink", "hang", "pause", "mpi_dp4_allreduce", "mpi_straggler",
+        "slowlink_2x", "slowlink_2x_dp4"]
 
 # Which CTest suite runs each scenario, per mode: "default" (every `ctest` / scripts/test run) or "campaign"
 # (on demand, `ctest -L campaign`: the fresh-run accuracy campaign whose strict scores go in the closing
@@ -144,7 +151,12 @@ def main():
     if a.name not in SCENARIOS:
         ap.error(f"unknown scenario {a.name!r}; known: {', '.join(SCENARIOS)}")
     if a.mode == "sample":  # the committed recording: no root, no namespaces, seconds
-        return score.main([os.path.join(HERE, "samples", a.name)] + thresholds(a.netprism))
+        sample = os.path.join(HERE, "samples", a.name)
+        # A recording with a stated limit keeps its own thresholds (score_args; tests/e2e/samples/README.md).
+        if os.path.exists(os.path.join(sample, "score_args")):
+            with open(os.path.join(sample, "score_args")) as f:
+                return score.main([sample] + f.read().split() + (["--netprism", a.netprism] if a.netprism else []))
+        return score.main([sample] + thresholds(a.netprism))
     if os.geteuid() != 0:
         print("scenario: needs root (namespaces, tc, tcpdump)", file=sys.stderr)
         return 1 if os.environ.get("CI") == "true" else 77

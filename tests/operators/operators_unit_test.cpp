@@ -78,6 +78,7 @@ TEST(Metrics, RendersTheDocumentsWithConventionalNamesAndLabels) {
   EXPECT_TRUE(has_line(m, "netprism_job_time_lost_ratio{job_id=\"j1\"} 0.25"));
   EXPECT_TRUE(has_line(m, "netprism_findings{job_id=\"j1\",kind=\"straggler\"} 2"));
   EXPECT_TRUE(has_line(m, "netprism_findings{job_id=\"j1\",kind=\"hang\"} 0"));
+  EXPECT_TRUE(has_line(m, "netprism_findings{job_id=\"j1\",kind=\"fabric\"} 0"));
   EXPECT_TRUE(has_line(m, "netprism_finding_severity{job_id=\"j1\",kind=\"straggler\",subject=\"n1\"} 0.5"));
   EXPECT_TRUE(has_line(m, "netprism_job_parallelism{dim=\"dp\",job_id=\"j1\"} 2"));
   EXPECT_TRUE(has_line(m, "netprism_ingest_records_total 40"));
