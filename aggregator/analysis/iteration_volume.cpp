@@ -24,6 +24,7 @@
 #include <string>
 
 #include "debug_log.hpp"
+#include "iteration_period.hpp"
 #include "stages.hpp"
 
 namespace netprism::analysis {
@@ -190,6 +191,45 @@ std::vector<uint64_t> longest_quiets(const std::vector<Burst>& b, const Upto& up
   return out;
 }
 
+// The iteration ends read from the period of the bursts' quiets in volume (iteration_period.cpp), unless the
+// reading by the longest quiets (`out`, empty: none held) is a period of the traffic itself: its iterations'
+// volume is a lag at which the quiets recur as well as at the period found (a bucketed all-reduce's forward
+// pass and buckets recur every iteration), or the period found is not clearly coarser. Under FSDP / ZeRO-3
+// the longest-quiet reading holds at one or two collectives (every quiet after a unit's compute closes a
+// "stretch"), a lag at which the quiets do not recur (forward and backward units alternate: 0.33 against 0.67
+// at the period in a real run): the period replaces it.
+template <class Upto>
+std::vector<uint64_t> periodic_ends(const std::vector<Burst>& b, const Upto& upto,
+                                    std::vector<uint64_t> out) {
+  size_t n = b.size();
+  std::vector<double> cum(n), quiet(n, 0);
+  for (size_t j = 0; j < n; ++j) {
+    cum[j] = upto(b[j].end);
+    if (j + 1 < n) quiet[j] = static_cast<double>(b[j + 1].start - b[j].end);
+  }
+  cum.back() = std::max(cum.back(), upto(UINT64_MAX));
+  std::vector<iteration_period::Quiet> s = iteration_period::significant_quiets(cum, quiet);
+  std::vector<double> vol;
+  for (size_t i = 0; i + 1 < out.size(); ++i) vol.push_back(upto(out[i + 1]) - upto(out[i]));
+  double V = median(vol), share = out.empty() ? 0 : iteration_period::recurring(s, V);
+  double c0 = b.front().start > 0 ? upto(b.front().start - 1) : 0;
+  iteration_period::Reading r = iteration_period::periodic_reading(s, cum, c0);
+  if (debug::lines_on()) {
+    std::string l;
+    debug::appendf(
+        l,
+        "periodic reading: %zu ends of %.0f bytes (need %.2f); longest-quiet reading %zu ends of %.0f "
+        "(%.2f recur)",
+        r.ends.size(), r.period, r.need, out.size(), V, share);
+    debug::line(l);
+  }
+  if (r.ends.size() < kMinIterations + 1) return out;
+  if (!out.empty() && (share >= r.need || r.period < kMaxVolumeSpread * V)) return out;
+  out.clear();
+  for (size_t j : r.ends) out.push_back(b[j].end);
+  return out;
+}
+
 }  // namespace
 
 std::vector<uint64_t> iteration_ends(const std::vector<const Xfer*>& xs, const std::vector<uint64_t>& ends) {
@@ -208,6 +248,8 @@ std::vector<uint64_t> iteration_ends(const std::vector<const Xfer*>& xs, const s
   std::vector<Burst> b = bursts(xs);
   if (b.size() < kMinIterations + 1) return ends;
   std::vector<uint64_t> out = longest_quiets(b, upto);
+  // No quiet closes every iteration (FSDP / ZeRO-3: collectives all through it): its period in volume.
+  out = periodic_ends(b, upto, out.size() < kMinIterations + 1 ? std::vector<uint64_t>{} : std::move(out));
   if (out.size() < kMinIterations + 1) return ends;
   // The episodes are the iterations unless the reading's iterations carry clearly more than an episode:
   // one synchronisation per iteration keeps its episode ends (with their receivers' arrival times).

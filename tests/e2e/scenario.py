@@ -54,6 +54,11 @@ SCENARIOS = {
     "mpi_dp4_allreduce": ["--stack", "mpi", "--dp", "4", "--pp", "1", "--iters", "14", "--fwd-ms", "150"],
     "mpi_dp4_zero": ["--stack", "mpi", "--pattern", "zero", "--dp", "4", "--pp", "1", "--iters", "14", "--fwd-ms",
                      "150"],
+    # FSDP / ZeRO-3 on OpenMPI: every unit's parameters all-gathered before its forward and again before its
+    # backward, its gradient reduce-scattered after it: DP traffic all through the iteration, no quiet forward
+    # pass (the timeline reads the period of its quiets in DP volume, iteration_period.cpp).
+    "mpi_dp4_zero3": ["--stack", "mpi", "--pattern", "zero3", "--dp", "4", "--pp", "1", "--iters", "14",
+                      "--fwd-ms", "150"],
     # PyTorch DDP on gloo: one gradient bucket per block, all-reduced while the backward pass still runs.
     "ddp_dp4": ["--ddp", "--dp", "4", "--pp", "1", "--depth", "4", "--micro-batches", "1", "--iters", "14",
                 "--fwd-ms", "100"],
