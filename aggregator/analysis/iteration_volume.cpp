@@ -58,6 +58,13 @@ constexpr double kOrderedShare = 2.0 / 3;
 // between the chosen quiets, so a count within that factor of the right one already gives it (most of its
 // stretches are single iterations); about 2 log2(n) candidates, each an O(n) reading.
 constexpr double kLadder = 1.41421356;
+// The period of the quiets (iteration_period.cpp) replaces a longest-quiet reading only when that reading's
+// lag recurs at most 0.8 of the share a period needs, and with 4 ends (3 periods) at least. Measured over the
+// live engine's passes (golden_replay): 0.59-0.76 on the FSDP recording's passes, whose longest-quiet reading
+// holds at one double collective; 0.86-0.94 on passes holding few iterations of a bucketed straggler run and
+// of a paused DP4 run, where the true iteration volume recurred a little less than its double.
+constexpr double kReplaceShare = 0.8;
+constexpr size_t kMinPeriodicEnds = 4;
 // Transfers within 1 ms of each other are one burst (the probe's flowlet gap; timeline.cpp's cluster gap).
 constexpr uint64_t kBurstGapNs = 1'000'000;
 
@@ -192,7 +199,7 @@ std::vector<uint64_t> longest_quiets(const std::vector<Burst>& b, const Upto& up
 }
 
 // The iteration ends read from the period of the bursts' quiets in volume (iteration_period.cpp), unless the
-// reading by the longest quiets (`out`, empty: none held) is a period of the traffic itself: its iterations'
+// reading by the longest quiets (`out`) is a period of the traffic itself: its iterations'
 // volume is a lag at which the quiets recur as well as at the period found (a bucketed all-reduce's forward
 // pass and buckets recur every iteration), or the period found is not clearly coarser. Under FSDP / ZeRO-3
 // the longest-quiet reading holds at one or two collectives (every quiet after a unit's compute closes a
@@ -211,7 +218,7 @@ std::vector<uint64_t> periodic_ends(const std::vector<Burst>& b, const Upto& upt
   std::vector<iteration_period::Quiet> s = iteration_period::significant_quiets(cum, quiet);
   std::vector<double> vol;
   for (size_t i = 0; i + 1 < out.size(); ++i) vol.push_back(upto(out[i + 1]) - upto(out[i]));
-  double V = median(vol), share = out.empty() ? 0 : iteration_period::recurring(s, V);
+  double V = median(vol), share = iteration_period::recurring(s, V);
   double c0 = b.front().start > 0 ? upto(b.front().start - 1) : 0;
   iteration_period::Reading r = iteration_period::periodic_reading(s, cum, c0);
   if (debug::lines_on()) {
@@ -223,8 +230,8 @@ std::vector<uint64_t> periodic_ends(const std::vector<Burst>& b, const Upto& upt
         r.ends.size(), r.period, r.need, out.size(), V, share);
     debug::line(l);
   }
-  if (r.ends.size() < kMinIterations + 1) return out;
-  if (!out.empty() && (share >= r.need || r.period < kMaxVolumeSpread * V)) return out;
+  if (r.ends.size() < kMinPeriodicEnds || share >= kReplaceShare * r.need || r.period < kMaxVolumeSpread * V)
+    return out;
   out.clear();
   for (size_t j : r.ends) out.push_back(b[j].end);
   return out;
@@ -248,9 +255,10 @@ std::vector<uint64_t> iteration_ends(const std::vector<const Xfer*>& xs, const s
   std::vector<Burst> b = bursts(xs);
   if (b.size() < kMinIterations + 1) return ends;
   std::vector<uint64_t> out = longest_quiets(b, upto);
-  // No quiet closes every iteration (FSDP / ZeRO-3: collectives all through it): its period in volume.
-  out = periodic_ends(b, upto, out.size() < kMinIterations + 1 ? std::vector<uint64_t>{} : std::move(out));
   if (out.size() < kMinIterations + 1) return ends;
+  // A reading whose stretches are not a period of the traffic (FSDP / ZeRO-3: collectives all through the
+  // iteration, every unit's compute a quiet) gives way to the period of the quiets in volume.
+  out = periodic_ends(b, upto, std::move(out));
   // The episodes are the iterations unless the reading's iterations carry clearly more than an episode:
   // one synchronisation per iteration keeps its episode ends (with their receivers' arrival times).
   auto volumes = [&](const std::vector<uint64_t>& e) {
