@@ -156,6 +156,7 @@ Reading periodic_reading(const std::vector<Quiet>& quiets, const std::vector<dou
     if (k == s.size() || (k > 0 && target - s[k - 1].cum < s[k].cum - target)) --k;
     if (std::fabs(s[k].cum - target) <= kSnap * V && (r.ends.empty() || s[k].burst > r.ends.back())) {
       r.ends.push_back(s[k].burst);
+      r.closed = s[k].burst == n - 1 && std::fabs(s[k].cum - target) <= kVolumeTolerance * V;
       prev = s[k].cum;
     } else {
       prev = target;

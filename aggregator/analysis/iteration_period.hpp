@@ -27,10 +27,13 @@ double recurring(const std::vector<Quiet>& s, double L);
 // the volume before the first burst (`c0`), and the period; empty / 0 when the traffic shows no period.
 // `need`: the share of recurring quiets a lag needs to be a period of this traffic (see
 // iteration_period.cpp), for judging other readings alike.
+// `closed`: the clock's last tick falls on the last burst within 2 % of a period (the group's DP traffic in
+// view, from its first burst to its last, is a whole number of periods: the job's start and end are in view).
 struct Reading {
   std::vector<size_t> ends;
   double period = 0;
   double need = 1;
+  bool closed = false;
 };
 Reading periodic_reading(const std::vector<Quiet>& s, const std::vector<double>& cum, double c0);
 
