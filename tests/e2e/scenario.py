@@ -39,6 +39,7 @@ SCENARIOS = {
     # TP larger than a server (issue 17): every rank on a node of its own, so the TP group's all-reduces (every
     # block, every micro-batch, forward and backward) cross the network beside the DP all-reduce.
     "dp2tp2_nodes": ["--dp", "2", "--pp", "1", "--tp", "2", "--tp-nodes", "--iters", "12"],
+    "dp2pp2tp2_nodes": ["--dp", "2", "--pp", "2", "--tp", "2", "--tp-nodes", "--iters", "12"],
     "two_jobs": ["--dp", "2", "--pp", "1", "--iters", "14", "--also", "dp=1,pp=2,schedule=gpipe,fwd_ms=15,delay=1.5"],
     "straggler": ["--dp", "2", "--pp", "2", "--iters", "14", "--fault", "straggler:node=n1,factor=1.5,from=7"],
     "straggler_dp4": ["--dp", "4", "--pp", "1", "--iters", "12", "--fault", "straggler:node=n2,factor=1.35,from=5"],
