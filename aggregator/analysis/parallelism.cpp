@@ -454,6 +454,10 @@ Structure infer_structure(const Normalized& n, const JobSlice& job) {
     std::sort(g.begin(), g.end(), [&](uint32_t a, uint32_t b) { return n.nodes[a] < n.nodes[b]; });
     s.tp_groups.push_back(g);
   }
+  // By stage, then first member name, as the DP groups below (deterministic, readable output).
+  std::sort(s.tp_groups.begin(), s.tp_groups.end(), [&](const auto& a, const auto& b) {
+    return std::make_pair(s.stage_of[a[0]], n.nodes[a[0]]) < std::make_pair(s.stage_of[b[0]], n.nodes[b[0]]);
+  });
 
   // DP groups: connected components of DP edges (TP edges across servers excluded).
   std::vector<uint32_t> parent(N);
