@@ -96,12 +96,12 @@ double recurring_at(const std::vector<Quiet>& s, double L, std::vector<double>* 
 
 // The period in volume: the shortest lag whose quiets recur (see kMinRecurring), refined to the median lag
 // of its matches; 0 when none. `need`: the share a lag needed.
-double period(const std::vector<Quiet>& s, double c0, double& need) {
+double period(const std::vector<Quiet>& s, double c0, double& need, double& best) {
   std::vector<double> gaps;
   for (size_t i = 0; i + 1 < s.size(); ++i) gaps.push_back(s[i + 1].cum - s[i].cum);
   double lo = median(gaps), hi = (s.back().cum - c0) / kMinPeriods;
   std::vector<std::pair<double, double>> scored;  // lag, share
-  double best = 0;
+  best = 0;
   for (double L = lo; L > 0 && L <= hi; L *= 1 + kVolumeTolerance) {
     scored.emplace_back(L, recurring_at(s, L, nullptr));
     best = std::max(best, scored.back().second);
@@ -141,7 +141,7 @@ double recurring(const std::vector<Quiet>& s, double L) {
 Reading periodic_reading(const std::vector<Quiet>& quiets, const std::vector<double>& cum, double c0) {
   Reading r;
   if (quiets.size() < 3) return r;
-  double V = period(quiets, c0, r.need);
+  double V = period(quiets, c0, r.need, r.best);
   if (V <= 0) return r;
   // Candidate ends: the collective ends (a significant quiet after them) and the last burst (the job's last
   // iteration ends with its last DP traffic).

@@ -33,6 +33,7 @@ struct Reading {
   std::vector<size_t> ends;
   double period = 0;
   double need = 1;
+  double best = 0;  // the best lag's share of recurring quiets
   bool closed = false;
 };
 Reading periodic_reading(const std::vector<Quiet>& s, const std::vector<double>& cum, double c0);

@@ -58,12 +58,14 @@ constexpr double kOrderedShare = 2.0 / 3;
 // between the chosen quiets, so a count within that factor of the right one already gives it (most of its
 // stretches are single iterations); about 2 log2(n) candidates, each an O(n) reading.
 constexpr double kLadder = 1.41421356;
-// The period of the quiets (iteration_period.cpp) replaces a longest-quiet reading only when that reading's
-// lag recurs at most 0.8 of the share a period needs, and with 4 ends (3 periods) at least. Measured over the
-// live engine's passes (golden_replay): 0.59-0.76 on the FSDP recording's passes, whose longest-quiet reading
-// holds at one double collective; 0.86-0.94 on passes holding few iterations of a bucketed straggler run and
-// of a paused DP4 run, where the true iteration volume recurred a little less than its double.
-constexpr double kReplaceShare = 0.8;
+// The period of the quiets (iteration_period.cpp) replaces a longest-quiet reading of a finer volume only
+// when that reading's lag recurs at most half as often as the best lag, the clock keeps 80 % of its ticks,
+// and with 4 ends (3 periods) at least. Measured: 0.44 of the best on the FSDP recording (its longest-quiet
+// reading holds at one double collective), 14 of 14 ticks kept; over the live engine's passes of kept
+// recordings and a synthetic DP2 x PP2 long run, the true iteration volume recurred 0.50-0.60 of a 2-30x
+// coarser lag, whose clocks kept 12 of 34, 8 of 22 ticks.
+constexpr double kReplaceShare = 0.5;
+constexpr double kKeptTicks = 0.8;
 constexpr size_t kMinPeriodicEnds = 4;
 // Transfers within 1 ms of each other are one burst (the probe's flowlet gap; timeline.cpp's cluster gap).
 constexpr uint64_t kBurstGapNs = 1'000'000;
@@ -242,11 +244,17 @@ std::vector<uint64_t> periodic_ends(const std::vector<Burst>& b, const Upto& upt
     debug::line(l);
   }
   if (r.ends.size() < kMinPeriodicEnds) return out;
-  bool coarser = share < kReplaceShare * r.need && r.period >= kMaxVolumeSpread * V;
+  // A coarser period replaces the reading when the reading's lag recurs at most half as often as the best
+  // lag, and the clock keeps its ticks (as many ends as periods in view: a lag that recurs only by chance
+  // loses most of them).
+  double periods = (cum.back() - c0) / r.period;
+  bool coarser = share < kReplaceShare * r.best && r.period >= kMaxVolumeSpread * V &&
+                 static_cast<double>(r.ends.size()) >= kKeptTicks * periods;
   // The same period at another phase: the longest quiets are a backward unit's compute (FSDP), not the
   // forward pass. The volume clock's phase holds when the group's whole DP traffic is in view (closed).
+  // ... and only a clock that keeps every iteration the reading has (one that lost ticks is no phase).
   bool rephased = r.closed && r.period < kMaxVolumeSpread * V && V < kMaxVolumeSpread * r.period &&
-                  other_phase(r.ends, b, out);
+                  r.ends.size() + 1 >= out.size() && other_phase(r.ends, b, out);
   if (!coarser && !rephased) return out;
   out.clear();
   for (size_t j : r.ends) out.push_back(b[j].end);

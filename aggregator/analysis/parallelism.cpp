@@ -391,6 +391,21 @@ std::vector<std::vector<uint32_t>> tensor_parallel(const std::vector<EdgeData*>&
   std::vector<int> tp_of(N, -1);
   for (size_t g = 0; g < tp_groups.size(); ++g)
     for (uint32_t v : tp_groups[g]) tp_of[v] = static_cast<int>(g);
+  // Every member of a DP group both sends and receives gradient data inside it (a two-member all-reduce is
+  // two-way; a ring's members each send to one neighbour and receive from the other). Expert parallelism's
+  // all-to-all on ring edges makes a grid too (its pairs frequent, the other ring edges rare), but those rare
+  // edges are one-way: not a synchronisation of their own.
+  std::vector<char> sends(N, 0), receives(N, 0);
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (pp[i] || tp[i]) continue;
+    const Edge& e = all[i]->e;
+    double hi = static_cast<double>(std::max(e.bytes_uv, e.bytes_vu));
+    if (static_cast<double>(e.bytes_uv) >= kOneWayRatio * hi) sends[e.u] = receives[e.v] = 1;
+    if (static_cast<double>(e.bytes_vu) >= kOneWayRatio * hi) sends[e.v] = receives[e.u] = 1;
+  }
+  for (const auto& d : dp_groups)
+    for (uint32_t v : d)
+      if (d.size() > 1 && (!sends[v] || !receives[v])) return {};
   for (const auto& d : dp_groups) {
     std::vector<int> seen;
     for (uint32_t v : d) seen.push_back(tp_of[v]);
