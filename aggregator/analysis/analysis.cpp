@@ -26,6 +26,8 @@ Parallelism parallelism_of(const Normalized& n, const JobSlice& slice, const Str
   p.stages = names(s.stages);
   p.dp_groups = names(s.dp_groups);
   p.ep = s.ep;
+  p.tp_groups = names(s.tp_groups);
+  for (const auto& g : s.tp_groups) p.tp = std::max(p.tp, static_cast<int>(g.size()));
   p.dp = 1;
   for (const auto& g : s.dp_groups) p.dp = std::max(p.dp, static_cast<int>(g.size()));
   // Parallel grouping units per node pair (a long-lived connection, or one endpoint pair's short

@@ -127,6 +127,10 @@ struct Parallelism {
   int tp_hint = 0;
   // Extra: expert parallelism (all-to-all among DP peers, see parallelism.cpp); 0 when not seen.
   int ep = 0;
+  // Extra: tensor parallelism across servers (TP groups larger than a server, see parallelism.cpp): the
+  // nodes of each TP group and their number; empty / 0 when TP stays inside the servers (not on the network).
+  std::vector<std::vector<std::string>> tp_groups;
+  int tp = 0;
 };
 
 struct Job {

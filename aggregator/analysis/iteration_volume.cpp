@@ -24,6 +24,7 @@
 #include <string>
 
 #include "debug_log.hpp"
+#include "iteration_period.hpp"
 #include "stages.hpp"
 
 namespace netprism::analysis {
@@ -57,6 +58,15 @@ constexpr double kOrderedShare = 2.0 / 3;
 // between the chosen quiets, so a count within that factor of the right one already gives it (most of its
 // stretches are single iterations); about 2 log2(n) candidates, each an O(n) reading.
 constexpr double kLadder = 1.41421356;
+// The period of the quiets (iteration_period.cpp) replaces a longest-quiet reading of a finer volume only
+// when that reading's lag recurs at most half as often as the best lag, the clock keeps 80 % of its ticks,
+// and with 4 ends (3 periods) at least. Measured: 0.44 of the best on the FSDP recording (its longest-quiet
+// reading holds at one double collective), 14 of 14 ticks kept; over the live engine's passes of kept
+// recordings and a synthetic DP2 x PP2 long run, the true iteration volume recurred 0.50-0.60 of a 2-30x
+// coarser lag, whose clocks kept 12 of 34, 8 of 22 ticks.
+constexpr double kReplaceShare = 0.5;
+constexpr double kKeptTicks = 0.8;
+constexpr size_t kMinPeriodicEnds = 4;
 // Transfers within 1 ms of each other are one burst (the probe's flowlet gap; timeline.cpp's cluster gap).
 constexpr uint64_t kBurstGapNs = 1'000'000;
 
@@ -211,6 +221,67 @@ std::vector<uint64_t> longest_quiets(const std::vector<Burst>& b, const Upto& up
   return out;
 }
 
+// Whether most ends of a reading (burst indices) are not ends of `out` (times).
+bool other_phase(const std::vector<size_t>& ends, const std::vector<Burst>& b,
+                 const std::vector<uint64_t>& out) {
+  size_t same = 0;
+  for (size_t j : ends) same += std::binary_search(out.begin(), out.end(), b[j].end) ? 1 : 0;
+  return 2 * same < ends.size();
+}
+
+// The iteration ends read from the period of the bursts' quiets in volume (iteration_period.cpp), unless the
+// reading by the longest quiets (`out`) is a period of the traffic itself: its iterations'
+// volume is a lag at which the quiets recur as well as at the period found (a bucketed all-reduce's forward
+// pass and buckets recur every iteration), or the period found is not clearly coarser. Under FSDP / ZeRO-3
+// the longest-quiet reading holds at one or two collectives (every quiet after a unit's compute closes a
+// "stretch"), a lag at which the quiets do not recur (forward and backward units alternate: 0.33 against 0.67
+// at the period in a real run): the period replaces it. Or it holds at the right volume but at the longest
+// quiet, a backward unit's compute (a fresh FSDP run at load 17: 13 ends of 36.07 MB, none within a quarter
+// step of the iteration's last reduce-scatter): when the volume clock from the group's first DP burst closes
+// on its last one (the whole job in view), the clock's phase replaces it.
+template <class Upto>
+std::vector<uint64_t> periodic_ends(const std::vector<Burst>& b, const Upto& upto,
+                                    std::vector<uint64_t> out) {
+  size_t n = b.size();
+  std::vector<double> cum(n), quiet(n, 0);
+  for (size_t j = 0; j < n; ++j) {
+    cum[j] = upto(b[j].end);
+    if (j + 1 < n) quiet[j] = static_cast<double>(b[j + 1].start - b[j].end);
+  }
+  cum.back() = std::max(cum.back(), upto(UINT64_MAX));
+  std::vector<iteration_period::Quiet> s = iteration_period::significant_quiets(cum, quiet);
+  std::vector<double> vol;
+  for (size_t i = 0; i + 1 < out.size(); ++i) vol.push_back(upto(out[i + 1]) - upto(out[i]));
+  double V = median(vol), share = iteration_period::recurring(s, V);
+  double c0 = b.front().start > 0 ? upto(b.front().start - 1) : 0;
+  iteration_period::Reading r = iteration_period::periodic_reading(s, cum, c0);
+  if (debug::lines_on()) {
+    std::string l;
+    debug::appendf(
+        l,
+        "periodic reading: %zu ends of %.0f bytes (need %.2f); longest-quiet reading %zu ends of %.0f "
+        "(%.2f recur)",
+        r.ends.size(), r.period, r.need, out.size(), V, share);
+    debug::line(l);
+  }
+  if (r.ends.size() < kMinPeriodicEnds) return out;
+  // A coarser period replaces the reading when the reading's lag recurs at most half as often as the best
+  // lag, and the clock keeps its ticks (as many ends as periods in view: a lag that recurs only by chance
+  // loses most of them).
+  double periods = (cum.back() - c0) / r.period;
+  bool coarser = share < kReplaceShare * r.best && r.period >= kMaxVolumeSpread * V &&
+                 static_cast<double>(r.ends.size()) >= kKeptTicks * periods;
+  // The same period at another phase: the longest quiets are a backward unit's compute (FSDP), not the
+  // forward pass. The volume clock's phase holds when the group's whole DP traffic is in view (closed).
+  // ... and only a clock that keeps every iteration the reading has (one that lost ticks is no phase).
+  bool rephased = r.closed && r.period < kMaxVolumeSpread * V && V < kMaxVolumeSpread * r.period &&
+                  r.ends.size() + 1 >= out.size() && other_phase(r.ends, b, out);
+  if (!coarser && !rephased) return out;
+  out.clear();
+  for (size_t j : r.ends) out.push_back(b[j].end);
+  return out;
+}
+
 }  // namespace
 
 std::vector<uint64_t> iteration_ends(const std::vector<const Xfer*>& xs, const std::vector<uint64_t>& ends) {
@@ -230,6 +301,9 @@ std::vector<uint64_t> iteration_ends(const std::vector<const Xfer*>& xs, const s
   if (b.size() < kMinIterations + 1) return ends;
   std::vector<uint64_t> out = longest_quiets(b, upto);
   if (out.size() < kMinIterations + 1) return ends;
+  // A reading whose stretches are not a period of the traffic (FSDP / ZeRO-3: collectives all through the
+  // iteration, every unit's compute a quiet) gives way to the period of the quiets in volume.
+  out = periodic_ends(b, upto, std::move(out));
   // The episodes are the iterations unless the reading's iterations carry clearly more than an episode:
   // one synchronisation per iteration keeps its episode ends (with their receivers' arrival times).
   auto volumes = [&](const std::vector<uint64_t>& e) {

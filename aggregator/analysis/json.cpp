@@ -30,6 +30,10 @@ nlohmann::json job_detail(const Job& j) {
                         {"stages", j.parallelism.stages},
                         {"tp_hint", j.parallelism.tp_hint}}}};
   if (j.parallelism.ep > 1) d["parallelism"]["ep"] = j.parallelism.ep;
+  if (!j.parallelism.tp_groups.empty()) {  // only when seen, so other outputs stay as they were
+    d["parallelism"]["tp"] = j.parallelism.tp;
+    d["parallelism"]["tp_groups"] = j.parallelism.tp_groups;
+  }
   return with_source(std::move(d), j);
 }
 

@@ -46,12 +46,24 @@ constexpr size_t kMaxFlips = 3;
 // Floor of the negative share in the log-odds cost: a share of 0.001 (one millisecond per second of
 // traffic) is "no evidence of a pipeline" already; below it the logarithm would only amplify noise.
 constexpr double kMinShare = 1e-3;
+// Tensor parallelism across servers (see tensor_parallel): the same-stage edges of a job split into two
+// kinds when their episode counts differ by 3x or more at the widest gap between them. A TP group
+// all-reduces 2 to 4 times per layer and micro-batch (Megatron's f and g operators, forward and backward), a
+// DP group once per iteration or per gradient bucket: 4 L M / B times fewer for L layers, M micro-batches and
+// B buckets (tens to hundreds in real jobs); 5.5x in the testbed's DP2 x TP2 run (2 blocks, 4 micro-batches,
+// one all-reduce per iteration; TP calls closer than the episode gap merge). Edges of one kind stay within
+// 1.4x of each other on every kept recording (ring neighbours, buckets, a 2x slow link), so 3 sits between.
+constexpr double kTpEpisodeRatio = 3.0;
+// ... and the rarer kind repeats: 3 episodes at least (a synchronisation per iteration, 3 iterations), unlike
+// the edges of a ring all-reduce's non-neighbours (2 episodes in a DDP run: set-up only).
+constexpr double kMinDpEpisodes = 3;
 
 struct EdgeData {
   Edge e;
   double confidence = 0;    // pipeline edges: |negative share forward - reverse|
   double fwd = 0, rev = 0;  // negative share with the lower node index (fwd) or the other (rev) upstream
   bool two_way = false;     // both directions carry data (not a ring all-reduce neighbour)
+  bool tp = false;          // a tensor-parallel edge (see tensor_parallel)
   std::vector<const Xfer*> xs;
 };
 
@@ -309,6 +321,101 @@ std::vector<char> assign_roles(const std::vector<EdgeData*>& all, const std::vec
   return best;
 }
 
+// Episodes of an edge (transfers in time order, split at quiets of kEpisodeGapNs).
+size_t episodes(const std::vector<const Xfer*>& xs) {
+  size_t count = 0;
+  uint64_t run_end = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (i == 0 || xs[i]->t0 > run_end + kEpisodeGapNs) ++count;
+    run_end = std::max(run_end, xs[i]->t1);
+  }
+  return count;
+}
+
+// Components of the edges for which `use` holds, over the job's nodes (a node without such an edge alone).
+template <class Use>
+std::vector<std::vector<uint32_t>> components(const std::vector<EdgeData*>& all,
+                                              const std::vector<uint32_t>& nodes, size_t N, Use use) {
+  std::vector<uint32_t> parent(N);
+  std::iota(parent.begin(), parent.end(), 0u);
+  auto find = [&](uint32_t x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  };
+  for (size_t i = 0; i < all.size(); ++i)
+    if (use(i)) parent[find(all[i]->e.u)] = find(all[i]->e.v);
+  std::map<uint32_t, std::vector<uint32_t>> comp;
+  for (uint32_t v : nodes) comp[find(v)].push_back(v);
+  std::vector<std::vector<uint32_t>> out;
+  for (auto& [root, members] : comp) out.push_back(std::move(members));
+  return out;
+}
+
+// Tensor parallelism larger than a server: TP groups span nodes, and their all-reduces (every layer, every
+// micro-batch, forward and backward) cross the network beside the DP synchronisation (once per iteration or
+// bucket) between the same stage's nodes. Both are same-stage, DP-like exchanges; they differ in how often
+// they happen (kTpEpisodeRatio). The frequent edges are TP when they make a TP x DP grid: TP groups
+// (components of the frequent edges) of one size >= 2 covering every node, DP groups (components of the
+// other same-stage edges) of one size, and no TP group meeting a DP group in more than one node (a DP group
+// holds the same shard of every replica, one node of each TP group). Marks the TP edges; returns the TP
+// groups (empty: none).
+std::vector<std::vector<uint32_t>> tensor_parallel(const std::vector<EdgeData*>& all,
+                                                   const std::vector<char>& pp,
+                                                   const std::vector<uint32_t>& nodes, size_t N) {
+  std::vector<std::pair<double, size_t>> count;  // episodes, edge index
+  for (size_t i = 0; i < all.size(); ++i)
+    if (!pp[i]) count.emplace_back(static_cast<double>(episodes(all[i]->xs)), i);
+  if (count.size() < 2) return {};
+  std::sort(count.begin(), count.end());
+  size_t cut = 0;
+  double widest = 0;
+  for (size_t k = 1; k < count.size(); ++k) {
+    double r = count[k].first / std::max(count[k - 1].first, 1.0);
+    if (r > widest) {
+      widest = r;
+      cut = k;
+    }
+  }
+  if (std::getenv("NP_ANALYSIS_DEBUG"))
+    std::fprintf(stderr, "tp: %zu same-stage edges, episodes %.0f..%.0f, widest ratio %.1f at %.0f\n",
+                 count.size(), count.front().first, count.back().first, widest, count[cut].first);
+  if (widest < kTpEpisodeRatio || count.front().first < kMinDpEpisodes) return {};
+  std::vector<char> tp(all.size(), 0);
+  for (size_t k = cut; k < count.size(); ++k) tp[count[k].second] = 1;
+  auto tp_groups = components(all, nodes, N, [&](size_t i) { return tp[i] != 0; });
+  auto dp_groups = components(all, nodes, N, [&](size_t i) { return !pp[i] && !tp[i]; });
+  auto same_size = [](const std::vector<std::vector<uint32_t>>& g) {
+    return std::all_of(g.begin(), g.end(), [&](const auto& x) { return x.size() == g[0].size(); });
+  };
+  if (tp_groups[0].size() < 2 || !same_size(tp_groups) || !same_size(dp_groups)) return {};
+  std::vector<int> tp_of(N, -1);
+  for (size_t g = 0; g < tp_groups.size(); ++g)
+    for (uint32_t v : tp_groups[g]) tp_of[v] = static_cast<int>(g);
+  // Every member of a DP group both sends and receives gradient data inside it (a two-member all-reduce is
+  // two-way; a ring's members each send to one neighbour and receive from the other). Expert parallelism's
+  // all-to-all on ring edges makes a grid too (its pairs frequent, the other ring edges rare), but those rare
+  // edges are one-way: not a synchronisation of their own.
+  std::vector<char> sends(N, 0), receives(N, 0);
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (pp[i] || tp[i]) continue;
+    const Edge& e = all[i]->e;
+    double hi = static_cast<double>(std::max(e.bytes_uv, e.bytes_vu));
+    if (static_cast<double>(e.bytes_uv) >= kOneWayRatio * hi) sends[e.u] = receives[e.v] = 1;
+    if (static_cast<double>(e.bytes_vu) >= kOneWayRatio * hi) sends[e.v] = receives[e.u] = 1;
+  }
+  for (const auto& d : dp_groups)
+    for (uint32_t v : d)
+      if (d.size() > 1 && (!sends[v] || !receives[v])) return {};
+  for (const auto& d : dp_groups) {
+    std::vector<int> seen;
+    for (uint32_t v : d) seen.push_back(tp_of[v]);
+    std::sort(seen.begin(), seen.end());
+    if (std::adjacent_find(seen.begin(), seen.end()) != seen.end()) return {};
+  }
+  for (size_t i = 0; i < all.size(); ++i) all[i]->tp = tp[i] != 0;
+  return tp_groups;
+}
+
 }  // namespace
 
 Structure infer_structure(const Normalized& n, const JobSlice& job) {
@@ -357,7 +464,17 @@ Structure infer_structure(const Normalized& n, const JobSlice& job) {
     }
   }
 
-  // DP groups: connected components of DP edges.
+  std::vector<std::vector<uint32_t>> tp_groups = tensor_parallel(all, best, job.nodes, N);
+  for (auto& g : tp_groups) {
+    std::sort(g.begin(), g.end(), [&](uint32_t a, uint32_t b) { return n.nodes[a] < n.nodes[b]; });
+    s.tp_groups.push_back(g);
+  }
+  // By stage, then first member name, as the DP groups below (deterministic, readable output).
+  std::sort(s.tp_groups.begin(), s.tp_groups.end(), [&](const auto& a, const auto& b) {
+    return std::make_pair(s.stage_of[a[0]], n.nodes[a[0]]) < std::make_pair(s.stage_of[b[0]], n.nodes[b[0]]);
+  });
+
+  // DP groups: connected components of DP edges (TP edges across servers excluded).
   std::vector<uint32_t> parent(N);
   std::iota(parent.begin(), parent.end(), 0u);
   auto find = [&](uint32_t x) {
@@ -365,10 +482,10 @@ Structure infer_structure(const Normalized& n, const JobSlice& job) {
     return x;
   };
   for (auto& [key, d] : edges)
-    if (d.e.role == EdgeRole::dp) parent[find(d.e.u)] = find(d.e.v);
+    if (d.e.role == EdgeRole::dp && !d.tp) parent[find(d.e.u)] = find(d.e.v);
   std::map<uint32_t, std::vector<uint32_t>> comps;
   for (auto& [key, d] : edges)
-    if (d.e.role == EdgeRole::dp) {
+    if (d.e.role == EdgeRole::dp && !d.tp) {
       comps[find(d.e.u)];
     }
   for (uint32_t v : job.nodes)

@@ -180,6 +180,9 @@ struct Structure {
   std::vector<int> stage_of;                     // per node index (-1: not in job)
   std::vector<int> group_of;                     // per node index: dp group or -1
   int ep = 0;  // expert-parallel group size when an all-to-all pattern is seen among DP peers, else 0
+  // Tensor parallelism across servers (parallelism.cpp): the groups of nodes whose frequent small
+  // collectives run inside every micro-batch's compute; empty when TP stays inside the servers.
+  std::vector<std::vector<uint32_t>> tp_groups;
 };
 Structure infer_structure(const Normalized& n, const JobSlice& job);
 

@@ -109,3 +109,9 @@ INSTANTIATE_TEST_SUITE_P(
                                       ? "_" + info.param.nodes[0]
                                       : std::string());
     });
+
+// Issue 17: OpenMPI FSDP / ZeRO-3, all-gathers and reduce-scatters all through the step (no quiet forward
+// pass).
+INSTANTIATE_TEST_SUITE_P(Fsdp, AnalysisSamples,
+                         ::testing::Values(Expect{"mpi_dp4_zero3", k4, 4, 1, 1, "ended", 13, {}}),
+                         [](const auto& info) { return info.param.sample; });

@@ -30,7 +30,7 @@ def parse_fault(text, jobs):
     extra = set(kv) - known[kind]
     if extra:
         raise ValueError(f"fault {kind}: unknown keys {sorted(extra)}")
-    tp = job["tp"]
+    tp = 1 if job.get("tp_nodes") else job["tp"]  # ranks per node
     if "rank" in kv:
         f["rank"] = int(kv["rank"])
         f["node"] = f"n{job['node_base'] + f['rank'] // tp}"

@@ -36,6 +36,10 @@ SCENARIOS = {
     "dp2pp2_1f1b": ["--dp", "2", "--pp", "2", "--iters", "12"],
     "dp2pp2_gpipe": ["--dp", "2", "--pp", "2", "--schedule", "gpipe", "--iters", "12"],
     "dp2pp2tp2_1f1b": ["--dp", "2", "--pp", "2", "--tp", "2", "--iters", "12"],
+    # TP larger than a server (issue 17): every rank on a node of its own, so the TP group's all-reduces (every
+    # block, every micro-batch, forward and backward) cross the network beside the DP all-reduce.
+    "dp2tp2_nodes": ["--dp", "2", "--pp", "1", "--tp", "2", "--tp-nodes", "--iters", "12"],
+    "dp2pp2tp2_nodes": ["--dp", "2", "--pp", "2", "--tp", "2", "--tp-nodes", "--iters", "12"],
     "two_jobs": ["--dp", "2", "--pp", "1", "--iters", "14", "--also", "dp=1,pp=2,schedule=gpipe,fwd_ms=15,delay=1.5"],
     "straggler": ["--dp", "2", "--pp", "2", "--iters", "14", "--fault", "straggler:node=n1,factor=1.5,from=7"],
     "straggler_dp4": ["--dp", "4", "--pp", "1", "--iters", "12", "--fault", "straggler:node=n2,factor=1.35,from=5"],
@@ -54,6 +58,11 @@ SCENARIOS = {
     "mpi_dp4_allreduce": ["--stack", "mpi", "--dp", "4", "--pp", "1", "--iters", "14", "--fwd-ms", "150"],
     "mpi_dp4_zero": ["--stack", "mpi", "--pattern", "zero", "--dp", "4", "--pp", "1", "--iters", "14", "--fwd-ms",
                      "150"],
+    # FSDP / ZeRO-3 on OpenMPI: every unit's parameters all-gathered before its forward and again before its
+    # backward, its gradient reduce-scattered after it: DP traffic all through the iteration, no quiet forward
+    # pass (the timeline reads the period of its quiets in DP volume, iteration_period.cpp).
+    "mpi_dp4_zero3": ["--stack", "mpi", "--pattern", "zero3", "--dp", "4", "--pp", "1", "--iters", "14",
+                      "--fwd-ms", "150"],
     # PyTorch DDP on gloo: one gradient bucket per block, all-reduced while the backward pass still runs.
     "ddp_dp4": ["--ddp", "--dp", "4", "--pp", "1", "--depth", "4", "--micro-batches", "1", "--iters", "14",
                 "--fwd-ms", "100"],

@@ -128,7 +128,17 @@ class TruthJob:
         return max(statistics.median(v) for v in groups.values())
 
     def expected_parallelism(self):
+        """Node layout of the testbed: node index = stage * dp + dp_rank (the TP ranks of a node share it); with
+        tp_nodes (TP across servers) node index = rank = stage * dp * tp + dp_rank * tp + tp_rank, a DP group
+        is the nodes of one (stage, tp_rank) and a TP group those of one (stage, dp_rank)."""
         dp, pp = self.spec["dp"], self.spec["pp"]
+        if self.spec.get("tp_nodes"):
+            tp = self.spec["tp"]
+            node = lambda s, d, t: self.nodes[s * dp * tp + d * tp + t]
+            stages = [[node(s, d, t) for d in range(dp) for t in range(tp)] for s in range(pp)]
+            groups = [[node(s, d, t) for d in range(dp)] for s in range(pp) for t in range(tp)] if dp > 1 else []
+            tp_groups = [[node(s, d, t) for t in range(tp)] for s in range(pp) for d in range(dp)]
+            return {"dp": dp, "pp": pp, "stages": stages, "dp_groups": groups, "tp": tp, "tp_groups": tp_groups}
         stages = [[self.nodes[s * dp + d] for d in range(dp)] for s in range(pp)]
         groups = stages if dp > 1 else []
         return {"dp": dp, "pp": pp, "stages": stages, "dp_groups": groups}
@@ -468,6 +478,10 @@ def score(manifest, truth, doc, out=sys.stdout, grace=0):
         want_g = sorted(sorted(g) for g in exp["dp_groups"])
         got_g = sorted(sorted(g) for g in par.get("dp_groups", []))
         s_ok &= check("dp_groups", want_g, got_g)
+        if "tp_groups" in exp:  # TP across servers: the TP groups seen on the network
+            s_ok &= check("tp", exp["tp"], par.get("tp"))
+            s_ok &= check("tp_groups", sorted(sorted(g) for g in exp["tp_groups"]),
+                          sorted(sorted(g) for g in par.get("tp_groups", [])))
         s_ok &= check("state", t.expected_state(), j.get("state") if j else None)
         tl = score_timeline_best(t, (j or {}).get("iterations", []), grace)
         errs = [e[0] for e in tl["errors"]]

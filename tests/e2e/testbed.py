@@ -74,7 +74,7 @@ def start_watchdog(run_id):
 # --- job and fault specifications ------------------------------------------------------------------------
 JOB_KEYS = {"delay": float, "dp": int, "pp": int, "tp": int, "schedule": str, "iters": int, "micro_batches": int,
             "micro_batch_size": int, "width": int, "depth": int, "compute": str, "fwd_ms": float, "stack": str,
-            "pattern": str, "buckets": int, "ddp": int}
+            "pattern": str, "buckets": int, "ddp": int, "tp_nodes": int}
 
 
 def job_specs(a):
@@ -98,9 +98,14 @@ def job_specs(a):
                              "pattern allreduce, zero or zero3")
         if min(j["dp"], j["pp"], j["tp"], j["iters"], j["micro_batches"]) < 1:
             raise ValueError(f"{j['name']}: dp, pp, tp, iters, micro_batches must be >= 1")
+        if j["tp_nodes"] and j["tp"] < 2:
+            raise ValueError(f"{j['name']}: tp_nodes needs tp >= 2")
+        # tp_nodes: TP larger than a server, every rank on a node of its own (node index = rank), so the TP
+        # group's all-reduces cross the network; otherwise the TP ranks of a node share it (its NVLink).
+        count = j["dp"] * j["pp"] * (j["tp"] if j["tp_nodes"] else 1)
         j["node_base"] = base_node
-        j["nodes"] = [f"n{base_node + k}" for k in range(j["dp"] * j["pp"])]
-        base_node += j["dp"] * j["pp"]
+        j["nodes"] = [f"n{base_node + k}" for k in range(count)]
+        base_node += count
     return jobs
 
 
@@ -267,7 +272,7 @@ def cmd_run(a):
             world = j["dp"] * j["pp"] * j["tp"]
             j["launched_at"] = time.time()
             for r in range(world):
-                k = j["node_base"] + r // j["tp"]
+                k = j["node_base"] + (r if j["tp_nodes"] else r // j["tp"])
                 argv = [PY, os.path.join(HERE, "train.py"), "--rank", str(r), "--dp", str(j["dp"]), "--pp",
                         str(j["pp"]), "--tp", str(j["tp"]), "--master", master, "--node", c.node(k), "--job",
                         j["name"], "--schedule", j["schedule"], "--micro-batches", str(j["micro_batches"]),
@@ -506,6 +511,8 @@ def main(argv=None):
         r.add_argument("--dp", type=int, default=2)
         r.add_argument("--pp", type=int, default=2)
         r.add_argument("--tp", type=int, default=1)
+        r.add_argument("--tp-nodes", action="store_true",
+                       help="gloo: TP across servers, each rank on a node of its own (TP all-reduces cross the network)")
         r.add_argument("--schedule", default="1f1b")
         r.add_argument("--iters", type=int, default=12)
         r.add_argument("--micro-batches", type=int, default=4)
