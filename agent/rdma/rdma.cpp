@@ -78,6 +78,9 @@ void RdmaSource::refresh_qps(uint64_t now, Batcher& out) {
 }
 
 void RdmaSource::finish(uint64_t now, Batcher& out) {
+  // One last table read: a job that ended since the last refresh shows its QPs gone (RoCE has no FIN; the
+  // aggregator reads a RoCE job's end from the tables, qp_teardown.cpp).
+  if (qp_available_) refresh_qps(now, out);
   if (!tracker_) return;
   sample(now, out);  // one last reading, so the counters' movement up to the exit is reported
   std::vector<RdmaPortBurst> bursts;
