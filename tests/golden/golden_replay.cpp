@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis.hpp"
+#include "counters.hpp"
 #include "feed.hpp"
 #include "incremental.hpp"
 #include "offline.hpp"
@@ -77,13 +78,35 @@ int main(int argc, char** argv) {
   analysis::StreamingAnalysis sa;
   sa.set_addr_nodes(in->addr_node);
   sa.set_fabric(in->fabric);
+  // QP table reads (RDMA agents) as the daemon takes them (live_analysis.cpp): rows by read time, the
+  // teardown events they give added before each pass. Recordings without QP rows are replayed as before.
+  std::stable_sort(in->qps.begin(), in->qps.end(),
+                   [](const auto& a, const auto& b) { return a.seen_ns < b.seen_ns; });
+  analysis::QpTeardowns td;
+  size_t q = 0;
+  uint64_t last_read = 0;
+  for (const auto& r : in->qps) last_read = std::max(last_read, r.seen_ns);
+  for (const auto& [node, ns] : in->qp_read_ns) last_read = std::max(last_read, ns);
+  auto tables = [&](uint64_t t) {
+    for (; q < in->qps.size() && in->qps[q].seen_ns <= t; ++q)
+      td.qp_row(in->qps[q].node, in->qps[q].seen_ns, in->qps[q].qp);
+    for (const auto& [node, ns] : in->qp_read_ns)
+      if (ns <= t) td.table_read(node, ns);
+    for (const auto& e : td.take(in->addr_node, 0)) analysis::add_event(sa, e);
+  };
   nlohmann::json passes = nlohmann::json::array();
   uint64_t t = in->events.front().last_ns + kSec;
   for (size_t i = 0; i < in->events.size(); t += kSec) {
-    while (i < in->events.size() && in->events[i].last_ns <= t) analysis::add_event(sa, in->events[i++]);
+    for (; i < in->events.size() && in->events[i].last_ns <= t; ++i) {
+      analysis::add_event(sa, in->events[i]);
+      td.flow(in->events[i]);
+    }
+    tables(t);
     passes.push_back(pass_summary(t, sa.pass(t)));
   }
-  auto last = sa.pass(in->events.back().last_ns + kSec / 2);
+  const uint64_t end = std::max(in->events.back().last_ns + kSec / 2, last_read);
+  tables(end);
+  auto last = sa.pass(end);
   nlohmann::json jobs = nlohmann::json::array();
   for (const auto& j : last.jobs) jobs.push_back(analysis::full(j));
   std::cout << nlohmann::json{{"passes", passes}, {"jobs", jobs}}.dump(1) << "\n";
