@@ -90,6 +90,37 @@ class QpTeardowns {
   std::map<std::tuple<std::string, std::string, std::string, uint16_t, uint16_t, uint32_t>, FlowEvent> flows_;
 };
 
+// The counters source in the daemon (counters_live.cpp): bursts and QP rows added batch by batch; take()
+// hands the streaming engine counter_events() of each segment of the port series that has settled (older
+// than the agents' delivery lag, ending at an instant every port was quiet), plus a zero-byte FIN for a
+// node pair whose QPs closed after its last event was handed over.
+class LiveCounters {
+ public:
+  void burst(const std::string& node, const RdmaPortBurst& b);
+  void qp_row(const std::string& node, uint64_t read_ns, const QpEntry& q);
+  void table_read(const std::string& node, uint64_t read_ns);
+  void probe_flow(const FlowEvent& e);  // the probe's RoCE flows: their node pairs are not counted twice
+  std::vector<FlowEvent> take(uint64_t now_ns, const std::map<std::string, std::string>& addr_node);
+  bool empty() const { return bursts_.empty() && latest_.empty(); }
+
+ private:
+  uint64_t quiet_cut(uint64_t upto) const;
+  void add_latest(Input& in) const;                          // every QP's latest row, without PSN
+  static constexpr uint64_t kForgetNs = 600'000'000'000ull;  // the daemon's default analysis window
+  struct Sent {
+    std::string observer;
+    uint64_t last_ns = 0;
+    bool fin = false;
+  };
+  std::vector<NodePortBurst> bursts_;  // not yet in a segment
+  std::vector<NodeQp> rows_;           // read after the last cut
+  std::map<std::tuple<std::string, std::string, uint32_t, uint32_t>, NodeQp> latest_;  // per QP
+  std::map<std::string, uint64_t> read_ns_;                                            // latest read per node
+  std::set<std::pair<std::string, std::string>> probe_pairs_;                          // addresses
+  std::map<std::pair<std::string, std::string>, Sent> sent_;  // (src, dst) address -> events handed over
+  uint64_t cut_ns_ = 0;                                       // segments end here so far
+};
+
 // Teardown events for a recording: QpTeardowns over all of `in`.
 std::vector<FlowEvent> qp_teardown_events(const Input& in);
 

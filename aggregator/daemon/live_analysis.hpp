@@ -110,6 +110,7 @@ class LiveAnalysis {
   std::map<std::string, Persisted> persisted_;
   analysis::FlowletFeed feed_{engine_};  // flowlets -> engine_ (after engine_: it refers to it)
   analysis::QpTeardowns teardowns_;      // RoCE flows' ends from the agents' QP tables (counters.hpp)
+  analysis::LiveCounters counters_;      // RDMA port counters + QP tables as transfers (counters.hpp)
   std::map<std::string, std::string> addr_node_;  // the last pass' address -> node names
 };
 
