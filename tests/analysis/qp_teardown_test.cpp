@@ -16,7 +16,9 @@
 #include "feed.hpp"
 #include "incremental.hpp"
 #include "netprism/flowlet.h"
+#include "offline.hpp"
 #include "rdma/netlink.hpp"
+#include "store.hpp"
 #include "synth.hpp"
 
 using namespace netprism;
@@ -229,3 +231,42 @@ TEST(QpTeardown, LiveRoceJobEndsWhenItsQpsAreGoneAndHangsWhileTheyStay) {
 }
 
 }  // namespace
+
+// The soft-RoCE recording (tests/e2e/samples/roce_mpi_dp2: OpenMPI + UCX over rxe in two VMs, the agents'
+// own records): after the job, both agents' QP tables no longer list its RC and UD QPs, so it ended. The
+// same recording with the tables after the job replaced by the last one read during it (the QPs still
+// connected, as in a hang) reads hung.
+TEST(QpTeardown, RecordedSoftRoceRunEndsAndAHangWithItsQpsListedStaysHung) {
+  store::Store s(std::string(NP_SAMPLES_DIR) + "/roce_mpi_dp2/recording.db", store::Db::Mode::kReadOnly);
+  std::vector<std::string> warnings;
+  Input in = cli::load_native(s, warnings);
+  Result r = analyze(in);
+  ASSERT_EQ(r.jobs.size(), 1u);
+  EXPECT_EQ(r.jobs[0].state, "ended");
+  for (const auto& f : r.jobs[0].findings) EXPECT_NE(f.kind, "hang");
+  const uint64_t end = r.jobs[0].last_ns;
+
+  std::map<std::string, uint64_t> last_during;  // per node, its last table read before the job's end
+  for (const auto& q : in.qps)
+    if (q.seen_ns <= end) last_during[q.node] = std::max(last_during[q.node], q.seen_ns);
+  std::vector<NodeQp> hung_rows;
+  size_t replaced = 0;
+  for (const auto& q : in.qps) {
+    if (q.seen_ns <= end) {
+      hung_rows.push_back(q);
+      continue;
+    }
+    if (q.qp.type != "GSI") continue;  // one later read per node: the QPs of the last read during the job
+    ++replaced;
+    for (const auto& p : in.qps)
+      if (p.node == q.node && p.seen_ns == last_during[q.node])
+        hung_rows.push_back({q.node, q.seen_ns, p.qp});
+  }
+  ASSERT_GE(replaced, 2u);  // both nodes read their tables after the job
+  in.qps = hung_rows;
+  Result h = analyze(in);
+  ASSERT_EQ(h.jobs.size(), 1u);
+  EXPECT_EQ(h.jobs[0].state, "hung");
+  EXPECT_TRUE(std::any_of(h.jobs[0].findings.begin(), h.jobs[0].findings.end(),
+                          [](const Finding& f) { return f.kind == "hang"; }));
+}
