@@ -222,7 +222,7 @@ def contract_doc(manifest, truth, doc, res, sent, seen):
             "err_median_pct": pct(j["err_median"]), "err_p95_pct": pct(j["err_p95"]),
             "truth_noise_median_pct": pct(j["noise_median"]), "truth_noise_p95_pct": pct(j["noise_p95"]),
             "findings": [[f.get("kind"), f.get("subject"), f.get("first_iteration")] for f in npjob.get("findings", [])],
-            "source": npjob.get("source", "probe")}
+            "source": npjob.get("source", "probe"), "state": npjob.get("state")}
 
 
 # --- counters-only mode (issue 16 item 4) -------------------------------------------------------------------
