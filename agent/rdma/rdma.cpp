@@ -36,9 +36,15 @@ void RdmaSource::tick(uint64_t now, Batcher& out) {
     sample(now, out);
     next_sample_ = now + o_.sample_ns;
   }
-  if (qp_available_ && now >= next_qp_) {
+  // The counters went flat: one table read now rather than at the next refresh. RoCE has no FIN; whether
+  // the traffic stopped because the job ended (its QPs destroyed) or hangs (its QPs still connected) is in
+  // the table, and the aggregator calls a silent job hung after max(2 steps, 1.5 s): a read kFlatNs into
+  // the silence reaches it first (batches flush within 100 ms). At most one extra read per quiet period.
+  const bool flat = moved_ns_ > 0 && now - moved_ns_ >= kFlatNs && flat_read_for_ != moved_ns_;
+  if (qp_available_ && (now >= next_qp_ || flat)) {
     refresh_qps(now, out);
     next_qp_ = now + o_.qp_refresh_ns;
+    if (moved_ns_ > 0 && now - moved_ns_ >= kFlatNs) flat_read_for_ = moved_ns_;
   }
 }
 
@@ -54,6 +60,16 @@ void RdmaSource::sample(uint64_t now, Batcher& out) {
       continue;
     }
     uint64_t ts = clock_.to_realtime(mono_now_ns());
+    // Activity, for the flat-counters table read (tick): any counter of the port moved. rxe counts its
+    // packets only in hw_counters (sent_pkts, rcvd_pkts); other NICs in the port counters.
+    uint64_t sig = c.xmit_words + c.rcv_words + c.xmit_packets + c.rcv_packets;
+    for (const char* k : {"sent_pkts", "rcvd_pkts"})
+      if (auto it = c.hw.find(k); it != c.hw.end()) sig += it->second;
+    if (auto [it, fresh] = activity_.try_emplace(p.device + "/" + std::to_string(p.port), sig);
+        !fresh && it->second != sig) {
+      it->second = sig;
+      moved_ns_ = now;
+    }
     tracker_->feed(p.device, p.port, ts, c, bursts);
     if (ship) out.add(to_sample(p, ts, c), now);
   }
@@ -78,6 +94,9 @@ void RdmaSource::refresh_qps(uint64_t now, Batcher& out) {
 }
 
 void RdmaSource::finish(uint64_t now, Batcher& out) {
+  // One last table read: a job that ended since the last refresh shows its QPs gone (RoCE has no FIN; the
+  // aggregator reads a RoCE job's end from the tables, qp_teardown.cpp).
+  if (qp_available_) refresh_qps(now, out);
   if (!tracker_) return;
   sample(now, out);  // one last reading, so the counters' movement up to the exit is reported
   std::vector<RdmaPortBurst> bursts;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,6 +55,14 @@ class RdmaSource {
   uint64_t qp_rows_ = 0, read_errors_ = 0;
   uint64_t last_qp_read_ns_ = 0;  // Unix ns
   uint64_t next_sample_ = 0, next_ship_ = 0, next_qp_ = 0;
+  // Flat counters: the QP table is read once when every port has been still for kFlatNs after moving
+  // (tick). 0.5 s: a third of the aggregator's shortest hang delay (1.5 s), so the read (shipped within the
+  // batch flush, 100 ms) is there before a pass could call the job hung; quiet periods shorter than that
+  // (compute phases of fast steps) cost nothing, longer ones one netlink dump each.
+  static constexpr uint64_t kFlatNs = 500'000'000;
+  std::map<std::string, uint64_t> activity_;  // per port "device/port": the sum of its counters
+  uint64_t moved_ns_ = 0;                     // CLOCK_MONOTONIC of the last sample that saw one move
+  uint64_t flat_read_for_ = 0;                // moved_ns_ the flat read was made for
 };
 
 }  // namespace netprism::agent

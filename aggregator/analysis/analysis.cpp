@@ -109,11 +109,12 @@ Result analyze_normalized(const Normalized& n, const Fabric& fabric, bool with_c
 Result analyze(const Input& in) {
   if (in.rdma_bursts.empty() && in.qps.empty()) return analyze_normalized(normalize(in), in.fabric, false);
   // RDMA counters present: their transfers join the observed events (counters.hpp), for the node pairs
-  // whose RDMA traffic the probe did not see.
+  // whose RDMA traffic the probe did not see, and so do the ends of the probe's RoCE flows that the QP
+  // tables show (RoCE has no FIN).
   Input merged = in;
-  std::vector<FlowEvent> extra = counter_events(in);
-  merged.events.insert(merged.events.end(), std::make_move_iterator(extra.begin()),
-                       std::make_move_iterator(extra.end()));
+  for (auto extra : {counter_events(in), qp_teardown_events(in)})
+    merged.events.insert(merged.events.end(), std::make_move_iterator(extra.begin()),
+                         std::make_move_iterator(extra.end()));
   return analyze_normalized(normalize(merged), in.fabric, true);
 }
 

@@ -17,7 +17,9 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "analysis.hpp"
@@ -54,5 +56,72 @@ QpPairing pair_qps(const std::vector<NodeQp>& qps, const std::map<std::string, s
 // Transfers made from the counters, for the node pairs the probe saw no RoCE traffic between (where the probe
 // sees the RDMA packets, its flowlets are exact and win).
 std::vector<FlowEvent> counter_events(const Input& in);
+
+// RoCE connection ends (qp_teardown.cpp). RoCE has no FIN; a QP table read tells what a FIN would: a QP in a
+// connected state (anything but RESET and ERR) still holds its connection.
+bool qp_state_connected(const std::string& state);
+
+// Which RoCE flows (the probe's per-QP flowlets, keyed by their destination QPN) have ended: their
+// destination QP was listed in its node's QP table once, and the node's latest read, made after the flow's
+// last packet, lists it no more or lists it in RESET/ERR. The same object serves a recording (everything
+// added, then take()) and the daemon (added batch by batch, take() every pass): a hung job's QPs stay
+// listed, so its flows never end here.
+class QpTeardowns {
+ public:
+  // A node read its QP table at read_ns (Unix ns), listing what qp_row() then adds with the same time; a
+  // read that lists nothing (every QP gone) is only this call.
+  void table_read(const std::string& node, uint64_t read_ns);
+  void qp_row(const std::string& node, uint64_t read_ns, const QpEntry& q);
+  // An observed event (only the probe's RoCE ones count).
+  void flow(const FlowEvent& e);
+  // One teardown event per flow that has ended since the last call: zero bytes, FIN, at the flow's last
+  // time, observed as the flow (the stages take it as a FIN closing the connection). Flows and QP rows
+  // last seen before forget_before_ns are dropped unmarked (the daemon's window; 0 keeps all).
+  std::vector<FlowEvent> take(const std::map<std::string, std::string>& addr_node, uint64_t forget_before_ns);
+
+ private:
+  struct Table {
+    uint64_t read_ns = 0;                 // the latest read
+    std::map<uint32_t, uint64_t> listed;  // lqpn -> last read listing it
+    std::set<uint32_t> connected;         // listed by the latest read in a connected state
+  };
+  std::map<std::string, Table> tables_;  // by node
+  // (observer, src, dst, src port, dst port, qpn) -> the flow's last event
+  std::map<std::tuple<std::string, std::string, std::string, uint16_t, uint16_t, uint32_t>, FlowEvent> flows_;
+};
+
+// The counters source in the daemon (counters_live.cpp): bursts and QP rows added batch by batch; take()
+// hands the streaming engine counter_events() of each segment of the port series that has settled (older
+// than the agents' delivery lag, ending at an instant every port was quiet), plus a zero-byte FIN for a
+// node pair whose QPs closed after its last event was handed over.
+class LiveCounters {
+ public:
+  void burst(const std::string& node, const RdmaPortBurst& b);
+  void qp_row(const std::string& node, uint64_t read_ns, const QpEntry& q);
+  void table_read(const std::string& node, uint64_t read_ns);
+  void probe_flow(const FlowEvent& e);  // the probe's RoCE flows: their node pairs are not counted twice
+  std::vector<FlowEvent> take(uint64_t now_ns, const std::map<std::string, std::string>& addr_node);
+  bool empty() const { return bursts_.empty() && latest_.empty(); }
+
+ private:
+  uint64_t quiet_cut(uint64_t upto) const;
+  void add_latest(Input& in) const;                          // every QP's latest row, without PSN
+  static constexpr uint64_t kForgetNs = 600'000'000'000ull;  // the daemon's default analysis window
+  struct Sent {
+    std::string observer;
+    uint64_t last_ns = 0;
+    bool fin = false;
+  };
+  std::vector<NodePortBurst> bursts_;  // not yet in a segment
+  std::vector<NodeQp> rows_;           // read after the last cut
+  std::map<std::tuple<std::string, std::string, uint32_t, uint32_t>, NodeQp> latest_;  // per QP
+  std::map<std::string, uint64_t> read_ns_;                                            // latest read per node
+  std::set<std::pair<std::string, std::string>> probe_pairs_;                          // addresses
+  std::map<std::pair<std::string, std::string>, Sent> sent_;  // (src, dst) address -> events handed over
+  uint64_t cut_ns_ = 0;                                       // segments end here so far
+};
+
+// Teardown events for a recording: QpTeardowns over all of `in`.
+std::vector<FlowEvent> qp_teardown_events(const Input& in);
 
 }  // namespace netprism::analysis

@@ -82,6 +82,9 @@ class StreamingAnalysis {
   // The topology file's fabric (switch, link and path lines): with one, every pass adds the `fabric`
   // findings over all jobs' directions (diagnosis_fabric.cpp), as analyze() does.
   void set_fabric(Fabric f) { fabric_ = std::move(f); }
+  // The feed carries RDMA counters or QP tables (analyze()'s test for tagging jobs): every job then says
+  // where its transfers came from (Job::source: "counters" or "probe").
+  void set_rdma_sources(bool on) { rdma_sources_ = on; }
   const Stats& stats() const { return stats_; }
 
   // A job's tail covers at least this many iterations: the timeline's robust statistics (medians, the
@@ -142,7 +145,8 @@ class StreamingAnalysis {
     uint64_t uid;  // never reused: names the connection across compactions (structure cache keys)
     uint64_t first_ns = UINT64_MAX, last_ns = 0;
     bool closed = false;
-    uint64_t fresh = 0;  // transfers stored since its job was last analysed
+    bool from_counters = false;  // made from RDMA port counters (Conn::from_counters)
+    uint64_t fresh = 0;          // transfers stored since its job was last analysed
     std::string label;
     std::vector<uint32_t> flows;
   };
@@ -221,6 +225,7 @@ class StreamingAnalysis {
   Limits lim_;
   bool offline_ = false;
   Fabric fabric_;
+  bool rdma_sources_ = false;
   Stats stats_;
   uint64_t generation_ = 0;
   std::unordered_map<std::string, uint32_t> str_idx_;

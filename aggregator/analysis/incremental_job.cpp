@@ -110,6 +110,7 @@ Normalized StreamingAnalysis::connection_table(uint64_t now_ns) {
     c.first_ns = cs.first_ns;
     c.last_ns = cs.last_ns;
     c.closed = cs.closed;
+    c.from_counters = cs.from_counters;
     c.label = cs.label;
     c.addr_a = cs.key.a;
     c.addr_b = cs.key.b;
@@ -240,6 +241,11 @@ Job StreamingAnalysis::analyse_job(const Normalized& n, JobSlice& sl, History& h
   j.id = id;
   j.first_ns = sl.first_ns;
   j.last_ns = sl.last_ns;
+  if (rdma_sources_)  // as analyze() tags a job of an input with RDMA counters
+    j.source =
+        std::any_of(sl.conns.begin(), sl.conns.end(), [&](uint32_t c) { return n.conns[c].from_counters; })
+            ? "counters"
+            : "probe";
   j.parallelism = parallelism_of(n, sl, s);
   Timeline t = build_timeline(n, sl, s);
   std::vector<Iteration> local = iterations_of(n, sl, s, t);

@@ -70,7 +70,9 @@ QpLink link_of(const Qp& x, const Qp& y, const std::map<std::string, uint64_t>& 
     auto it = read_ns.find(q.node);
     return it != read_ns.end() && it->second > q.last_seen;
   };
-  l.closed = read_after(x) && read_after(y);
+  // Each end gone from a later read of its table, or left in RESET/ERR by the latest one that lists it.
+  auto ended = [&](const Qp& q) { return read_after(q) || !qp_state_connected(q.row->state); };
+  l.closed = ended(x) && ended(y);
   return l;
 }
 

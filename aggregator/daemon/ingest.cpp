@@ -507,7 +507,9 @@ void Ingest::apply_committed(Group& g) {
       if (a.heartbeat) continue;
       if (a.fresh) g.stored++;
       g.records += a.records;
-      if (a.analysis_records > 0) live_.feed(std::move(a.stored), a.analysis_records);
+      // Batches of RDMA agents also when they hold no flowlets: their QP table reads end RoCE flows.
+      if (a.analysis_records > 0 || (a.fresh && a.counters && a.counters->count("rdma_qp_table_read_ns")))
+        live_.feed(std::move(a.stored), a.analysis_records);
     }
   }
 }

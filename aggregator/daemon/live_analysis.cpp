@@ -83,6 +83,7 @@ void LiveAnalysis::preload() {
       [&](const Batch& b, uint64_t) {
         events += feed_.add(b.node, b.flowlets,
                             [&](const Flowlet& f) { return f.last_ns < since || own_.matches(f); });
+        note_qp_tables(b);
       },
       [](const std::string& e) { log_line("preload: " + e); });
   // Only the ids of the jobs that were live when the daemon stopped: their histories stay in the store
@@ -182,6 +183,12 @@ void LiveAnalysis::pass(store::Store* writer) {
   const uint64_t window = static_cast<uint64_t>(s_.analysis_window_s) * 1000000000ull;
   const uint64_t since = now > window ? now - window : 0;
   add_pending();
+  // RoCE flows whose QPs the tables show torn down end as a FIN ends a TCP connection (qp_teardown.cpp).
+  for (const auto& e : teardowns_.take(addr_node_, since)) analysis::add_event(engine_, e);
+  // RDMA port counters (counters-only agents: hardware RoCE bypasses the probe) as transfers, segment by
+  // settled segment (counters_live.cpp), as `netprism analyze` makes them of a recording.
+  if (!counters_.empty())
+    for (const auto& e : counters_.take(now, addr_node_)) analysis::add_event(engine_, e);
   retain(engine_.pass(now), since);
   if (writer) persist(*writer, now);
   publish(now, t0);
@@ -196,7 +203,8 @@ void LiveAnalysis::add_pending() {
     rows.swap(pending_rows_);
     pending_events_ = 0;
   }
-  engine_.set_addr_nodes(addr_nodes_());
+  addr_node_ = addr_nodes_();
+  engine_.set_addr_nodes(addr_node_);
   // New data only: each stored batch's flowlets become compact events of interned ids, added as a run.
   for (const auto& [stored, flowlets] : fresh) {
     std::string err;
@@ -208,9 +216,31 @@ void LiveAnalysis::add_pending() {
       continue;
     }
     feed_.add(batch->node, batch->flowlets, [&](const Flowlet& f) { return own_.matches(f); });
+    note_qp_tables(*batch);
   }
   for (const auto& [node, flowlets] : rows)
     feed_.add(node, flowlets, [&](const Flowlet& f) { return own_.matches(f); });
+}
+
+void LiveAnalysis::note_qp_tables(const Batch& b) {
+  // The batch's table rows (read at their ts_ns), then the last read (also one that listed nothing):
+  // one read's rows all ship in one batch (the agent adds them between two seals).
+  for (const auto& q : b.qps) {
+    teardowns_.qp_row(b.node, q.ts_ns ? q.ts_ns : b.sent_ns, q);
+    counters_.qp_row(b.node, q.ts_ns ? q.ts_ns : b.sent_ns, q);
+  }
+  if (auto it = b.counters.find("rdma_qp_table_read_ns"); it != b.counters.end()) {
+    teardowns_.table_read(b.node, it->second);
+    counters_.table_read(b.node, it->second);
+  }
+  for (const auto& r : b.rdma_bursts) counters_.burst(b.node, r);
+  if (!b.qps.empty() || !b.rdma_bursts.empty()) engine_.set_rdma_sources(true);
+  for (const auto& f : b.flowlets)
+    if (f.key.proto == NP_PROTO_ROCE && !own_.matches(f)) {
+      const analysis::FlowEvent e = analysis::flow_event(b.node, f);
+      teardowns_.flow(e);
+      counters_.probe_flow(e);
+    }
 }
 
 void LiveAnalysis::retain(analysis::Result r, uint64_t since) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "analysis.hpp"
+#include "counters.hpp"
 #include "feed.hpp"
 #include "incremental.hpp"
 #include "flows.hpp"
@@ -76,6 +77,7 @@ class LiveAnalysis {
   // replace earlier ones (those that left the window stay); changed jobs written to the store; the snapshot
   // queries read.
   void add_pending();
+  void note_qp_tables(const Batch& b);  // a fed batch's QP table rows and RoCE flows into teardowns_
   void retain(analysis::Result r, uint64_t since);
   void persist(store::Store& writer, uint64_t now);
   void publish(uint64_t now, std::chrono::steady_clock::time_point started);
@@ -107,6 +109,9 @@ class LiveAnalysis {
   };
   std::map<std::string, Persisted> persisted_;
   analysis::FlowletFeed feed_{engine_};  // flowlets -> engine_ (after engine_: it refers to it)
+  analysis::QpTeardowns teardowns_;      // RoCE flows' ends from the agents' QP tables (counters.hpp)
+  analysis::LiveCounters counters_;      // RDMA port counters + QP tables as transfers (counters.hpp)
+  std::map<std::string, std::string> addr_node_;  // the last pass' address -> node names
 };
 
 }  // namespace netprism::daemon

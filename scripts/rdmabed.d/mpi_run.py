@@ -222,16 +222,20 @@ def contract_doc(manifest, truth, doc, res, sent, seen):
             "err_median_pct": pct(j["err_median"]), "err_p95_pct": pct(j["err_p95"]),
             "truth_noise_median_pct": pct(j["noise_median"]), "truth_noise_p95_pct": pct(j["noise_p95"]),
             "findings": [[f.get("kind"), f.get("subject"), f.get("first_iteration")] for f in npjob.get("findings", [])],
-            "source": "probe"}
+            "source": npjob.get("source", "probe"), "state": npjob.get("state")}
 
 
-# --- counters-only mode (issue 16 item 4): the hook, not the analysis --------------------------------------
+# --- counters-only mode (issue 16 item 4) -------------------------------------------------------------------
 def counters_only_mode(c, a):
-    """--counters-only: the same job with the probe kept off the RDMA interface; the analysis from the RDMA
-    counter series and QP table (source "counters"). Returns (extra agent arguments, analysis function
-    (c, netprism, out) -> analyze-style document). Not implemented here (issue 16 item 4)."""
-    raise NotImplementedError("--counters-only is issue 16 item 4 (counters-only mode): not implemented yet; "
-                              "hook: scripts/rdmabed.d/mpi_run.py counters_only_mode()")
+    """--counters-only: the same job with each agent's probe kept off the RDMA traffic (`netprism-agent
+    --rdma-counters-only`: its RoCE flowlets are dropped, its rxe port sampled every 10 ms with the QP table and
+    its PSNs), so what the analysis has is what an agent reads on a NIC whose RoCE bypasses tc/XDP. rxe has no
+    byte counters: its packets x 4096 stand for bytes (counters_source.cpp). The answer is the aggregator's
+    live one, as in probe mode: the daemon runs the counters source (counters_live.cpp), and its jobs say
+    "source": "counters". Returns (extra agent arguments, analysis function (c, netprism, out) -> document)."""
+    def analyse(c, netprism, out):
+        return score.from_live(netprism_wrapper(c, netprism, out), c.agg["query"])
+    return "--rdma-counters-only", analyse
 
 
 def probe_mode(c, a):
@@ -316,6 +320,29 @@ def run(a, bins):
                        [f.get("kind"), f.get("subject")] for f in res["jobs"][0]["false_positives"]],
                    "boot_s": manifest["boot_s"], "train_s": manifest["train_s"], "wall_s": manifest["wall_s"],
                    "loadavg": manifest["loadavg"], "step_s": res["jobs"][0]["step_s"], "out": out})
+    result["offline"] = offline_score(bins, manifest, truth, out)
     with open(os.path.join(out, "result.json"), "w") as f:
         json.dump(result, f, indent=1)
     return result
+
+
+def offline_score(bins, manifest, truth, out):
+    """`netprism analyze` of the run's recording, scored like the live answer: the two should agree (the
+    daemon and analyze run the same stages); kept beside it so a difference shows in the summary."""
+    p = subprocess.run([bins["netprism"], "analyze", "--input", os.path.join(out, "recording.db"), "--json"],
+                       text=True, capture_output=True)
+    if p.returncode != 0:
+        return {"error": p.stderr.strip()[-300:]}
+    doc = json.loads(p.stdout)
+    with open(os.path.join(out, "netprism-offline.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    with open(os.path.join(out, "score-offline.txt"), "w") as f:
+        res = score.score(manifest, truth, doc, out=f)
+    j = res["jobs"][0]
+    pairs, _ = score.match_jobs(truth, doc["jobs"])
+    npjob = doc["jobs"][pairs["job0"]] if "job0" in pairs else {}
+    pct = lambda x: None if x is None else round(100 * x, 3)  # noqa: E731
+    return {"state": npjob.get("state"), "source": npjob.get("source"), "iterations_matched": j["matched"],
+            "err_median_pct": pct(j["err_median"]), "err_p95_pct": pct(j["err_p95"]),
+            "findings": [[f.get("kind"), f.get("subject"), f.get("first_iteration")]
+                         for f in npjob.get("findings", [])]}

@@ -177,7 +177,7 @@ def main():
     r.add_argument("--slow-ms", type=float)
     r.add_argument("--slow-from", type=int, default=0)
     r.add_argument("--counters-only", action="store_true",
-                   help="issue 16 item 4: the probe off the RDMA interface, analysis from counters (not yet)")
+                   help="issue 16 item 4: the probe off the RDMA traffic, analysis from port counters + QP tables")
     r.add_argument("--timeout", type=float, default=900, help="give up training after this many seconds")
     r.add_argument("--ucx", action="append", metavar="K=V",
                    help="another UCX setting for the ranks, e.g. UCX_RNDV_THRESH=inf (repeatable)")

@@ -4,7 +4,11 @@ have shipped during a recorded testbed run (counters_derive.py: per-node port by
 QP tables with PSNs, the rendezvous TCP connection), analyse it with `netprism analyze --format
 rdma-counters`, and score the answer against the run's truth (score.py) with the given thresholds.
 
-usage: counters_derived.py SAMPLE --netprism BIN [score.py options]
+usage: counters_derived.py SAMPLE --netprism BIN [--replay REPLAY] [score.py options]
+
+--replay REPLAY: analyse through the daemon's live path instead (tests/golden/golden_replay: the streaming
+engine fed batch by batch, the counters source segment by segment as live_analysis.cpp runs it), scoring its
+last pass' jobs.
 """
 import os
 import subprocess
@@ -22,6 +26,9 @@ def main():
         print(__doc__, file=sys.stderr)
         return 2
     name, netprism, thresholds = sys.argv[1], sys.argv[3], sys.argv[4:]
+    replay = None
+    if thresholds[:1] == ["--replay"]:
+        replay, thresholds = thresholds[1], thresholds[2:]
     sample = os.path.join(HERE, "samples", name)
     with tempfile.TemporaryDirectory(prefix=f"np-counters-{name}-") as tmp:
         src = os.path.join(tmp, "counters.json")
@@ -33,8 +40,9 @@ def main():
               f"{len(doc['flows'])} bootstrap flow rows")
         ans = os.path.join(tmp, "answer.json")
         with open(ans, "w") as out:
-            r = subprocess.run([netprism, "analyze", "--input", src, "--format", "rdma-counters", "--json"],
-                               stdout=out, stderr=subprocess.PIPE, text=True, timeout=300)
+            argv = ([replay, src, "--format", "rdma-counters"] if replay else
+                    [netprism, "analyze", "--input", src, "--format", "rdma-counters", "--json"])
+            r = subprocess.run(argv, stdout=out, stderr=subprocess.PIPE, text=True, timeout=300)
         if r.returncode != 0:
             print(f"netprism analyze failed ({r.returncode}): {r.stderr.strip()}", file=sys.stderr)
             return 1

@@ -1,7 +1,7 @@
-// Prints the RDMA records an aggregator stored (every agent's counter samples and QP-table rows), as one
-// JSON document: {"samples": [...], "qps": [...]}. The soft-RoCE VM test (rdma_verbs_test.py) compares them
-// with what the VMs' own tools report; `netprism` has no query for them yet.
-// Usage: np_rdma_dump DATA_DIR
+// Prints the RDMA records an aggregator stored (every agent's counter samples, QP-table rows and port
+// bursts), as one JSON document: {"samples": [...], "qps": [...], "bursts": [...]}. The soft-RoCE VM test
+// (rdma_verbs_test.py) compares them with what the VMs' own tools report; `netprism` has no query for them
+// yet. Usage: np_rdma_dump DATA_DIR
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
   }
   try {
     netprism::store::Store s(argv[1], netprism::store::Db::Mode::kReadOnly);
-    nlohmann::json samples = nlohmann::json::array(), qps = nlohmann::json::array();
+    nlohmann::json samples = nlohmann::json::array(), qps = nlohmann::json::array(),
+                   bursts = nlohmann::json::array();
     s.scan_batches(std::nullopt, 0, UINT64_MAX, [&](const netprism::Batch& b, uint64_t) {
       for (const auto& r : b.rdma_samples)
         samples.push_back({{"node", b.node},
@@ -39,9 +40,22 @@ int main(int argc, char** argv) {
                        {"dst_addr", q.dst_addr},
                        {"pid", q.pid},
                        {"comm", q.comm},
+                       {"sq_psn", q.sq_psn},
+                       {"rq_psn", q.rq_psn},
+                       {"ts_ns", q.ts_ns},
                        {"sent_ns", b.sent_ns}});
+      for (const auto& r : b.rdma_bursts)
+        bursts.push_back({{"node", b.node},
+                          {"device", r.device},
+                          {"port", r.port},
+                          {"first_ns", r.first_ns},
+                          {"last_ns", r.last_ns},
+                          {"xmit_bytes", r.xmit_bytes},
+                          {"rcv_bytes", r.rcv_bytes},
+                          {"xmit_packets", r.xmit_packets},
+                          {"rcv_packets", r.rcv_packets}});
     });
-    std::cout << nlohmann::json{{"samples", samples}, {"qps", qps}}.dump() << "\n";
+    std::cout << nlohmann::json{{"samples", samples}, {"qps", qps}, {"bursts", bursts}}.dump() << "\n";
   } catch (const std::exception& e) {
     std::cerr << "np_rdma_dump: " << e.what() << "\n";
     return 1;

@@ -7,7 +7,8 @@ the soft-RoCE VMs, and its contract JSON must say:
   - one job, its nodes and DP group exact, pp 1;
   - every truth iteration but the first two matched (an observer locking on, as the recordings' tests allow);
   - duration error median <= 0.3 % and p95 <= 1 %, or within 1.5 x the run's own truth noise (issue 16);
-  - no straggler or slow-link finding (a healthy run).
+  - no straggler or slow-link finding (a healthy run);
+  - the finished job reads `ended` with no hang finding (its end from the QP tables: RoCE has no FIN).
 Usage: train_vm_test.py RDMABED BUILD_DIR. Exit 77 when rdmabed says it cannot run without root outside CI.
 """
 import json
@@ -63,6 +64,9 @@ def main():
     need("no straggler / slow link finding on a healthy run",
          not [f for f in res["findings"] if f[0] in ("straggler", "slow_link")])
     need("source probe", res["source"] == "probe")
+    # RoCE has no FIN: the end is read from the agents' QP tables (the job's QPs gone), never a false hang.
+    need("the finished job reads ended, no hang finding",
+         res["state"] == "ended" and not [f for f in res["findings"] if f[0] == "hang"])
     if fails:
         print(f"FAIL: {len(fails)} check(s); kept {out}")
         return 1
