@@ -62,6 +62,7 @@ struct Ingest::Frame {
   std::size_t payload_bytes = 0;
   std::size_t parts = 0;  // payload frames received (more than one is malformed; extras are discarded)
   std::string peer;       // the node the sender's key is bound to (ZAP User-Id; "" on plain TCP)
+  int fd = -1;            // its connection's socket (ZMQ_SRCFD), to shut it if its key is cut
   // Filled in parallel before the ordered, transactional part:
   wire::DecodeResult decoded;
   std::string compressed;  // the batch as stored (zstd of its column encoding), exactly sized
@@ -70,13 +71,16 @@ struct Ingest::Frame {
   std::string_view bytes() const { return {static_cast<const char*>(payload.data()), payload.size()}; }
 };
 
-Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live, const Auth* auth)
+Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live, Auth* auth)
     : s_(s),
       reg_(reg),
       live_(live),
       store_(s.data_dir, store::Db::Mode::kReadWrite, static_cast<int>(s.zstd_level)),
       checkpointer_(store_.db(), store::Store::resolve(s.data_dir)),
       router_(ctx, zmq::socket_type::router),
+      auth_(auth),
+      cut_(PeerCutPolicy{.conn_bytes = static_cast<uint64_t>(s.peer_cut_bytes),
+                         .cooldown = std::chrono::seconds(s.peer_cut_s)}),
       ring_(kGroupMessages) {
   limits_.max_message_bytes = static_cast<std::size_t>(s.max_message_bytes);
   // Batch bytes go to segment files (store/segment_log.hpp). Retention frees space a segment at a time, so
@@ -184,7 +188,10 @@ std::size_t Ingest::receive(Room& r) {
       zmq::message_t part;
       (void)router_.recv(part, zmq::recv_flags::none);
       if (++f.parts == 1) {
-        if (authenticated_) f.peer = peer_user(part);
+        if (authenticated_) {
+          f.peer = peer_user(part);
+          f.fd = zmq_msg_get(part.handle(), ZMQ_SRCFD);
+        }
         f.payload = std::move(part);
       }
     }
@@ -195,6 +202,7 @@ std::size_t Ingest::receive(Room& r) {
       auto& d = deferred[f.peer];
       d.first++;
       d.second += f.payload_bytes;
+      note_deferred(f);
       continue;
     }
     (large ? r.taken_large : r.taken) += f.payload_bytes;
@@ -230,6 +238,26 @@ bool Ingest::admit(const Frame& f) {
   if (b.tokens < need) return false;
   b.tokens -= need;
   return true;
+}
+
+void Ingest::note_deferred(const Frame& f) {
+  // The aggregator's own collectors are never cut (their key is made in memory at start, ACK-clocked too).
+  if (!authenticated_ || !auth_ || f.peer.empty() || f.peer == kCollectorUser) return;
+  const std::string conn = f.identity.to_string();
+  const auto cooldown = cut_.deferred(conn, f.peer, f.payload_bytes, std::chrono::steady_clock::now());
+  if (!cut_.known(conn)) {
+    // Its fd and 4-tuple, while the message is fresh (the fd is checked against it again when shut).
+    const char* ip = zmq_msg_gets(f.payload.handle(), "Peer-Address");
+    cut_.remember(conn, {f.fd, tcp_tuple(f.fd, ip ? ip : "")});
+  }
+  if (!cooldown) return;
+  auth_->cut(f.peer, *cooldown);  // refused from its next connection on ...
+  uint64_t shut = 0;
+  for (const auto& c : cut_.take_connections(f.peer)) shut += shut_connection(c);  // ... and read no more
+  reg_.count_cut(f.peer, shut);
+  log_line("cut '" + f.peer + "' for " + std::to_string(cooldown->count()) +
+           " s: it kept sending what was deferred (over peer_cut_bytes unacknowledged); " +
+           std::to_string(shut) + " connection(s) shut, its key refused until then");
 }
 
 void Ingest::send_acks() {

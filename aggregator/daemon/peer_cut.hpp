@@ -1,0 +1,97 @@
+// Cutting a flooding key at the transport (issue 18). A deferred message (over its sender's byte budget, or
+// no room in the pipeline) costs no decode, but ZeroMQ has already read and CURVE-decrypted it: on 2 shared
+// cores, 8 keyed peers sending maximum-size messages as fast as they are read kept the I/O thread decrypting
+// ~130 MB/s that was then dropped, and a legitimate agent's ACK p99 went to 3-12 s (measured at load 9-17,
+// deploy.md). Deferral alone cannot stop that: only no longer reading the peer does. So a key whose senders
+// keep sending what is not acknowledged is cut: the ZAP handler refuses its key for a cool-down and its live
+// connections are shut, so nothing of it is decrypted any more.
+//
+// Who is cut rests on the protocol, not on rates: an agent is ACK-clocked. It keeps at most `window`
+// batches unacknowledged on a connection (agent/delivery.hpp, 16), and a batch that is not answered is
+// resent only on a new connection, after its ACK timeout (5 s). A deferred message is never answered on its
+// connection, so what one connection of a conforming agent has had deferred is at most window x its largest
+// batch -- 16 x 4,096 flowlets x 195 B (the widest encoding) = 12.8 MB, 5.3 MB at the usual ~330 KB --
+// however fast it replays its spool (it waits for ACKs, not for the budget). Thresholds (PeerCutPolicy):
+//   - one connection over `conn_bytes` deferred (default 16 MiB, 1.3x the widest default agent): a sender
+//     that keeps sending unanswered data;
+//   - one key over 4 x conn_bytes deferred within two periods of `period` (5 s, the agents' ACK timeout): a
+//     conforming agent opens at most one new connection per ACK timeout, so at most 3 connections' worth
+//     (38 MB) fall within 10 s; this catches a flooder that reconnects to reset its per-connection count.
+// A key cut again stays cut twice as long as the time before (up to cooldown_max): a persistent flooder spends
+// almost all of its time refused; a key cut by mistake (an agent configured with window x batch bytes above
+// conn_bytes) loses a cool-down of delay, never data: its spool keeps every batch until acknowledged.
+//
+// Pure bookkeeping, no sockets (tests/aggregator/peer_cut_test.cpp); the ingest thread owns it and does the
+// shutting (ingest.cpp) and the refusing (auth.hpp).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace netprism::daemon {
+
+struct PeerCutPolicy {
+  uint64_t conn_bytes = 16u << 20;  // deferred on one connection; 0: never cut
+  std::chrono::seconds period{5};   // the agents' ACK timeout (agent/delivery.hpp)
+  std::chrono::seconds cooldown{60};
+  std::chrono::seconds cooldown_max{3600};
+};
+
+class PeerCut {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit PeerCut(PeerCutPolicy p) : p_(p) {}
+
+  // A message of `bytes` from `peer` (its key's node) on connection `conn` (its ROUTER routing id) was
+  // deferred. Returns the cool-down when that makes `peer` a flooder to cut now (the caller refuses its key
+  // for that long and shuts its connections), nullopt otherwise.
+  std::optional<std::chrono::seconds> deferred(const std::string& conn, const std::string& peer,
+                                               std::size_t bytes, Clock::time_point now);
+  // What the caller keeps per connection (its fd and TCP 4-tuple: ingest.cpp), noted with remember() after a
+  // deferral; a connection seen before has its info already (known()).
+  struct ConnInfo {
+    int fd = -1;
+    std::string tuple;
+  };
+  bool known(const std::string& conn) const;
+  void remember(const std::string& conn, ConnInfo info);
+  // The connections of `peer` with deferrals seen (to shut); their records are dropped.
+  std::vector<ConnInfo> take_connections(const std::string& peer);
+  std::size_t tracked() const { return conns_.size(); }
+  uint64_t cuts(const std::string& peer) const;
+
+ private:
+  struct Conn {
+    std::string peer;
+    uint64_t bytes = 0;
+    Clock::time_point last;
+    ConnInfo info;
+  };
+  struct Key {
+    uint64_t cur = 0, prev = 0;  // deferred bytes in the current and the previous period
+    Clock::time_point period_start;
+    uint64_t cuts = 0;
+    Clock::time_point last, last_cut;
+  };
+  void sweep(Clock::time_point now);
+  std::chrono::seconds cut(Key& k, Clock::time_point now);
+
+  PeerCutPolicy p_;
+  std::unordered_map<std::string, Conn> conns_;
+  std::unordered_map<std::string, Key> keys_;
+  Clock::time_point next_sweep_{};
+};
+
+// The connection behind socket `fd` as "LOCAL>PEER" (numeric addresses and ports), or "" when `fd` is not a
+// connected TCP socket. `peer_ip` (the message's Peer-Address): "" unless the peer's address is that IP, so a
+// number the connection has already given back (and something else has taken) is not recorded as it.
+std::string tcp_tuple(int fd, const std::string& peer_ip);
+// Shuts the connection (both directions) if `fd` still carries the TCP connection `tuple` (a 4-tuple is not
+// reused while its socket or its TIME_WAIT lives); ZeroMQ then sees it end and closes the fd. True if shut.
+bool shut_connection(const PeerCut::ConnInfo& c);
+
+}  // namespace netprism::daemon
