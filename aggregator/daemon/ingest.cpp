@@ -56,20 +56,6 @@ constexpr int64_t kPeerQueueBytes = 32 << 20;
 constexpr std::size_t kBucketsSweepAbove = 4096;
 }  // namespace
 
-struct Ingest::Frame {
-  zmq::message_t identity;
-  zmq::message_t payload;  // released once decoded (size() kept in payload_bytes)
-  std::size_t payload_bytes = 0;
-  std::size_t parts = 0;  // payload frames received (more than one is malformed; extras are discarded)
-  std::string peer;       // the node the sender's key is bound to (ZAP User-Id; "" on plain TCP)
-  int fd = -1;            // its connection's socket (ZMQ_SRCFD), to shut it if its key is cut
-  // Filled in parallel before the ordered, transactional part:
-  wire::DecodeResult decoded;
-  std::string compressed;  // the batch as stored (zstd of its column encoding), exactly sized
-  store::BatchSpan span;   // of the batch
-  bool compress_failed = false;
-  std::string_view bytes() const { return {static_cast<const char*>(payload.data()), payload.size()}; }
-};
 
 Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live, Auth* auth)
     : s_(s),
@@ -196,6 +182,7 @@ std::size_t Ingest::receive(Room& r) {
       }
     }
     f.payload_bytes = f.payload.size();
+    note_connection(f);
     // dropped here, before any decode; the sender still has it and resends
     const bool large = f.payload_bytes > kLargeMessage;
     if (!(large ? r.large_pending + r.taken_large == 0 : r.taken + f.payload_bytes <= r.bytes) || !admit(f)) {
@@ -238,26 +225,6 @@ bool Ingest::admit(const Frame& f) {
   if (b.tokens < need) return false;
   b.tokens -= need;
   return true;
-}
-
-void Ingest::note_deferred(const Frame& f) {
-  // The aggregator's own collectors are never cut (their key is made in memory at start, ACK-clocked too).
-  if (!authenticated_ || !auth_ || f.peer.empty() || f.peer == kCollectorUser) return;
-  const std::string conn = f.identity.to_string();
-  const auto cooldown = cut_.deferred(conn, f.peer, f.payload_bytes, std::chrono::steady_clock::now());
-  if (!cut_.known(conn)) {
-    // Its fd and 4-tuple, while the message is fresh (the fd is checked against it again when shut).
-    const char* ip = zmq_msg_gets(f.payload.handle(), "Peer-Address");
-    cut_.remember(conn, {f.fd, tcp_tuple(f.fd, ip ? ip : "")});
-  }
-  if (!cooldown) return;
-  auth_->cut(f.peer, *cooldown);  // refused from its next connection on ...
-  uint64_t shut = 0;
-  for (const auto& c : cut_.take_connections(f.peer)) shut += shut_connection(c);  // ... and read no more
-  reg_.count_cut(f.peer, shut);
-  log_line("cut '" + f.peer + "' for " + std::to_string(cooldown->count()) +
-           " s: it kept sending what was deferred (over peer_cut_bytes unacknowledged); " +
-           std::to_string(shut) + " connection(s) shut, its key refused until then");
 }
 
 void Ingest::send_acks() {

@@ -41,7 +41,20 @@ class Ingest {
   void run(std::stop_token stop);
 
  private:
-  struct Frame;
+  struct Frame {
+    zmq::message_t identity;
+    zmq::message_t payload;  // released once decoded (size() kept in payload_bytes)
+    std::size_t payload_bytes = 0;
+    std::size_t parts = 0;  // payload frames received (more than one is malformed; extras are discarded)
+    std::string peer;       // the node the sender's key is bound to (ZAP User-Id; "" on plain TCP)
+    int fd = -1;            // its connection's socket (ZMQ_SRCFD), to shut it if its key is cut
+    // Filled in parallel before the ordered, transactional part:
+    wire::DecodeResult decoded;
+    std::string compressed;  // the batch as stored (zstd of its column encoding), exactly sized
+    store::BatchSpan span;   // of the batch
+    bool compress_failed = false;
+    std::string_view bytes() const { return {static_cast<const char*>(payload.data()), payload.size()}; }
+  };
   struct Reply {  // an ACK for the ingest thread to encode and send
     zmq::message_t identity;
     Ack ack;
@@ -55,7 +68,9 @@ class Ingest {
   // Receives what is queued and fits into the ring (the rest deferred); the number of messages taken.
   std::size_t receive(Room& r);
   bool admit(const Frame& f);                              // within its sender's byte budget?
-  void note_deferred(const Frame& f);                      // and cuts its key if it floods (peer_cut.hpp)
+  bool cuttable(const Frame& f) const;                     // a keyed agent's (peer_cut.hpp)
+  void note_connection(const Frame& f);                    // every message: its connection, for a cut
+  void note_deferred(const Frame& f);                      // and cuts its key if it floods
   void prepare(Frame& f);                                  // decode + encode + compress, on the pool
   std::vector<Reply> process(std::vector<Frame>& frames);  // committer: store, commit; the ACKs to send
   // process(), step by step: one transaction for the group (false: nothing stored), each message's part

@@ -78,9 +78,13 @@ void PeerCut::remember(const std::string& conn, ConnInfo info) {
   if (auto it = conns_.find(conn); it != conns_.end()) it->second.info = std::move(info);
 }
 
-bool PeerCut::known(const std::string& conn) const {
-  auto it = conns_.find(conn);
-  return it != conns_.end() && it->second.info.fd >= 0;
+bool PeerCut::seen(const std::string& conn, const std::string& peer, Clock::time_point now) {
+  if (p_.conn_bytes == 0) return false;
+  sweep(now);
+  auto [it, fresh] = conns_.try_emplace(conn);
+  it->second.peer = peer;
+  it->second.last = now;
+  return fresh;
 }
 
 uint64_t PeerCut::cuts(const std::string& peer) const {

@@ -51,15 +51,15 @@ class PeerCut {
   // for that long and shuts its connections), nullopt otherwise.
   std::optional<std::chrono::seconds> deferred(const std::string& conn, const std::string& peer,
                                                std::size_t bytes, Clock::time_point now);
-  // What the caller keeps per connection (its fd and TCP 4-tuple: ingest.cpp), noted with remember() after a
-  // deferral; a connection seen before has its info already (known()).
+  // What the caller keeps per connection (its fd and TCP 4-tuple: ingest.cpp).
   struct ConnInfo {
     int fd = -1;
     std::string tuple;
   };
-  bool known(const std::string& conn) const;
+  // A message of `peer` arrived on `conn`: true the first time (the caller then remember()s its info).
+  bool seen(const std::string& conn, const std::string& peer, Clock::time_point now);
   void remember(const std::string& conn, ConnInfo info);
-  // The connections of `peer` with deferrals seen (to shut); their records are dropped.
+  // The connections of `peer` seen lately (to shut); their records are dropped.
   std::vector<ConnInfo> take_connections(const std::string& peer);
   std::size_t tracked() const { return conns_.size(); }
   uint64_t cuts(const std::string& peer) const;
