@@ -141,6 +141,8 @@ void Ingest::run(std::stop_token stop) {
       wake_.clear();
       send_acks();
     }
+    // What the committer has processed -- every ACK just sent included -- no longer counts as unanswered.
+    cut_.answered_upto(processed());
     // Everything queued now (within the bounds), handed to the pool in one go: one wake-up per burst
     // rather than per message (context switches are a visible cost on a busy machine).
     const std::size_t n = room ? receive(r) : 0;
@@ -185,11 +187,13 @@ std::size_t Ingest::receive(Room& r) {
     note_connection(f);
     // dropped here, before any decode; the sender still has it and resends
     const bool large = f.payload_bytes > kLargeMessage;
-    if (!(large ? r.large_pending + r.taken_large == 0 : r.taken + f.payload_bytes <= r.bytes) || !admit(f)) {
+    const bool fits = (large ? r.large_pending + r.taken_large == 0 : r.taken + f.payload_bytes <= r.bytes);
+    bool cut = false;  // its sender is cut now (peer_cut.hpp): deferred, whatever the room
+    if (!fits || !admit(f) || (cut = !admitting(f, received_ + n))) {
       auto& d = deferred[f.peer];
       d.first++;
       d.second += f.payload_bytes;
-      note_deferred(f);
+      if (!cut) note_deferred(f);
       continue;
     }
     (large ? r.taken_large : r.taken) += f.payload_bytes;
@@ -225,6 +229,11 @@ bool Ingest::admit(const Frame& f) {
   if (b.tokens < need) return false;
   b.tokens -= need;
   return true;
+}
+
+uint64_t Ingest::processed() {
+  std::lock_guard lk(mu_);
+  return received_ - pending_messages_;
 }
 
 void Ingest::send_acks() {

@@ -71,6 +71,8 @@ class Ingest {
   bool cuttable(const Frame& f) const;                     // a keyed agent's (peer_cut.hpp)
   void note_connection(const Frame& f);                    // every message: its connection, for a cut
   void note_deferred(const Frame& f);                      // and cuts its key if it floods
+  bool admitting(const Frame& f, uint64_t seq);            // false: cut now, defer it
+  void cut_peer(const std::string& peer, std::chrono::seconds cooldown);
   void prepare(Frame& f);                                  // decode + encode + compress, on the pool
   std::vector<Reply> process(std::vector<Frame>& frames);  // committer: store, commit; the ACKs to send
   // process(), step by step: one transaction for the group (false: nothing stored), each message's part
@@ -87,6 +89,7 @@ class Ingest {
   void count_group(std::size_t messages, const Group& g, bool committed);
   void commit_loop();
   void send_acks();
+  uint64_t processed();  // messages the committer is done with (answered, or nothing to answer)
   void retention_loop(std::stop_token stop);  // its own thread and connection (ACKs never wait for it)
   void retention(store::Store& st);
 

@@ -24,13 +24,25 @@ void Ingest::note_deferred(const Frame& f) {
   if (!cuttable(f)) return;
   const auto cooldown =
       cut_.deferred(f.identity.to_string(), f.peer, f.payload_bytes, std::chrono::steady_clock::now());
-  if (!cooldown) return;
-  auth_->cut(f.peer, *cooldown);  // refused from its next connection on ...
+  if (cooldown) cut_peer(f.peer, *cooldown);
+}
+
+bool Ingest::admitting(const Frame& f, uint64_t seq) {
+  if (!cuttable(f)) return true;
+  const auto now = std::chrono::steady_clock::now();
+  if (cut_.is_cut(f.peer, now)) return false;
+  const auto cooldown = cut_.admitting(f.identity.to_string(), f.peer, f.payload_bytes, seq, now);
+  if (cooldown) cut_peer(f.peer, *cooldown);
+  return !cooldown;
+}
+
+void Ingest::cut_peer(const std::string& peer, std::chrono::seconds cooldown) {
+  auth_->cut(peer, cooldown);  // refused from its next connection on ...
   uint64_t shut = 0;
-  for (const auto& c : cut_.take_connections(f.peer)) shut += shut_connection(c);  // ... and read no more
-  reg_.count_cut(f.peer, shut);
-  log_line("cut '" + f.peer + "' for " + std::to_string(cooldown->count()) +
-           " s: it kept sending what was deferred (over peer_cut_bytes unacknowledged); " +
+  for (const auto& c : cut_.take_connections(peer)) shut += shut_connection(c);  // ... and read no more
+  reg_.count_cut(peer, shut);
+  log_line("cut '" + peer + "' for " + std::to_string(cooldown.count()) +
+           " s: it kept sending without waiting for answers (over peer_cut_bytes unanswered); " +
            std::to_string(shut) + " connection(s) shut, its key refused until then");
 }
 

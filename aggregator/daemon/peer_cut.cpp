@@ -34,8 +34,33 @@ std::optional<std::chrono::seconds> PeerCut::deferred(const std::string& conn, c
   }
   k.cur += bytes;
   k.last = now;
-  if (c.bytes > p_.conn_bytes || k.cur + k.prev > kKeyConns * p_.conn_bytes) return cut(k, now);
+  if (c.bytes + c.inflight > p_.conn_bytes || k.cur + k.prev > kKeyConns * p_.conn_bytes) return cut(k, now);
   return std::nullopt;
+}
+
+std::optional<std::chrono::seconds> PeerCut::admitting(const std::string& conn, const std::string& peer,
+                                                       std::size_t bytes, uint64_t seq, Clock::time_point now) {
+  if (p_.conn_bytes == 0) return std::nullopt;
+  auto& c = conns_[conn];
+  c.peer = peer;
+  c.last = now;
+  if (c.bytes + c.inflight + bytes > p_.conn_bytes) {
+    auto& k = keys_[peer];
+    k.last = now;
+    return cut(k, now);
+  }
+  c.inflight += bytes;
+  inflight_.push_back({seq, conn, bytes});
+  return std::nullopt;
+}
+
+void PeerCut::answered_upto(uint64_t seq) {
+  while (!inflight_.empty() && inflight_.front().seq < seq) {
+    // A connection taken by a cut meanwhile has no record any more: nothing to release.
+    if (auto it = conns_.find(inflight_.front().conn); it != conns_.end())
+      it->second.inflight -= std::min(it->second.inflight, inflight_.front().bytes);
+    inflight_.pop_front();
+  }
 }
 
 std::chrono::seconds PeerCut::cut(Key& k, Clock::time_point now) {
@@ -46,13 +71,22 @@ std::chrono::seconds PeerCut::cut(Key& k, Clock::time_point now) {
   k.last_cut = now;
   k.cur = k.prev = 0;  // judged afresh after the cool-down (its connections' records go with the shutting)
   k.period_start = now;
-  return std::min(p_.cooldown_max, p_.cooldown * (int64_t{1} << doublings));
+  const auto cooldown = std::min(p_.cooldown_max, p_.cooldown * (int64_t{1} << doublings));
+  k.cut_until = now + cooldown;
+  return cooldown;
+}
+
+bool PeerCut::is_cut(const std::string& peer, Clock::time_point now) const {
+  auto it = keys_.find(peer);
+  return it != keys_.end() && now < it->second.cut_until;
 }
 
 void PeerCut::sweep(Clock::time_point now) {
   if (now < next_sweep_) return;
   next_sweep_ = now + p_.period;
-  std::erase_if(conns_, [&](const auto& kv) { return now - kv.second.last > kQuietPeriods * p_.period; });
+  std::erase_if(conns_, [&](const auto& kv) {
+    return kv.second.inflight == 0 && now - kv.second.last > kQuietPeriods * p_.period;
+  });
   // Keys that were never cut are forgotten like connections; a cut key is kept for its doubling cool-down,
   // until cooldown_max after its last deferral (keys are bounded by the agents allowlist anyway).
   std::erase_if(keys_, [&](const auto& kv) {

@@ -8,12 +8,16 @@
 //
 // Who is cut rests on the protocol, not on rates: an agent is ACK-clocked. It keeps at most `window`
 // batches unacknowledged on a connection (agent/delivery.hpp, 16), and a batch that is not answered is
-// resent only on a new connection, after its ACK timeout (5 s). A deferred message is never answered on its
-// connection, so what one connection of a conforming agent has had deferred is at most window x its largest
-// batch -- 16 x 4,096 flowlets x 195 B (the widest encoding) = 12.8 MB, 5.3 MB at the usual ~330 KB --
-// however fast it replays its spool (it waits for ACKs, not for the budget). Thresholds (PeerCutPolicy):
-//   - one connection over `conn_bytes` deferred (default 16 MiB, 1.3x the widest default agent): a sender
-//     that keeps sending unanswered data;
+// resent only on a new connection, after its ACK timeout (5 s). So what the daemon holds unanswered from one
+// connection of a conforming agent -- its messages still in the pipeline plus every one deferred on it (a
+// deferred message is never answered on its connection) -- is at most window x its largest batch: 16 x 4,096
+// flowlets x 195 B (the widest encoding) = 12.8 MB, 5.3 MB at the usual ~330 KB, however fast it replays its
+// spool (it waits for ACKs, not for the budget). Heartbeats are never answered; they count as answered once
+// processed. Thresholds (PeerCutPolicy):
+//   - one connection over `conn_bytes` unanswered (default 16 MiB, 1.3x the widest default agent): a sender
+//     that keeps sending without waiting for answers. A flood of maximum-size messages is cut at its second
+//     message, the first still in the pipeline: what it costs before is one decoded message and the few
+//     ZeroMQ had queued;
 //   - one key over 4 x conn_bytes deferred within two periods of `period` (5 s, the agents' ACK timeout): a
 //     conforming agent opens at most one new connection per ACK timeout, so at most 3 connections' worth
 //     (38 MB) fall within 10 s; this catches a flooder that reconnects to reset its per-connection count.
@@ -27,6 +31,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -51,6 +56,16 @@ class PeerCut {
   // for that long and shuts its connections), nullopt otherwise.
   std::optional<std::chrono::seconds> deferred(const std::string& conn, const std::string& peer,
                                                std::size_t bytes, Clock::time_point now);
+  // Message number `seq` (the ingest's arrival count) of `bytes` from `peer` on `conn` is to enter the
+  // pipeline. Returns the cool-down when it would make the connection's unanswered bytes exceed conn_bytes:
+  // then the caller defers it and cuts `peer` (it is not counted as deferred here). Otherwise it is counted
+  // as unanswered until answered_upto() passes `seq`.
+  std::optional<std::chrono::seconds> admitting(const std::string& conn, const std::string& peer,
+                                                std::size_t bytes, uint64_t seq, Clock::time_point now);
+  // Cut and still in its cool-down: what was queued before its connections were shut is deferred too.
+  bool is_cut(const std::string& peer, Clock::time_point now) const;
+  // The pipeline has answered (processed) every message numbered below `seq`.
+  void answered_upto(uint64_t seq);
   // What the caller keeps per connection (its fd and TCP 4-tuple: ingest.cpp).
   struct ConnInfo {
     int fd = -1;
@@ -67,7 +82,8 @@ class PeerCut {
  private:
   struct Conn {
     std::string peer;
-    uint64_t bytes = 0;
+    uint64_t bytes = 0;     // deferred (never answered on this connection)
+    uint64_t inflight = 0;  // in the pipeline, not answered yet
     Clock::time_point last;
     ConnInfo info;
   };
@@ -75,7 +91,7 @@ class PeerCut {
     uint64_t cur = 0, prev = 0;  // deferred bytes in the current and the previous period
     Clock::time_point period_start;
     uint64_t cuts = 0;
-    Clock::time_point last, last_cut;
+    Clock::time_point last, last_cut, cut_until;
   };
   void sweep(Clock::time_point now);
   std::chrono::seconds cut(Key& k, Clock::time_point now);
@@ -83,6 +99,12 @@ class PeerCut {
   PeerCutPolicy p_;
   std::unordered_map<std::string, Conn> conns_;
   std::unordered_map<std::string, Key> keys_;
+  struct InFlight {
+    uint64_t seq;
+    std::string conn;
+    uint64_t bytes;
+  };
+  std::deque<InFlight> inflight_;  // in arrival order (at most the pipeline's message bound)
   Clock::time_point next_sweep_{};
 };
 
