@@ -73,7 +73,8 @@ class Auth {
   keys::KeyPair collectors_;  // made in memory at start (collector_curve())
   mutable std::mutex mu_;
   std::map<std::string, std::string> agents_, clients_;  // public key (Z85) -> node / role
-  std::map<std::string, std::chrono::steady_clock::time_point> cut_until_;  // node -> refused until
+  // node -> refused until (cut for flooding)
+  std::map<std::string, std::chrono::steady_clock::time_point> cut_until_;
   std::atomic<uint64_t> denied_{0}, cut_refused_{0};
   std::atomic<bool> stop_{false};
   std::unique_ptr<zmq::socket_t> zap_;

@@ -56,7 +56,6 @@ constexpr int64_t kPeerQueueBytes = 32 << 20;
 constexpr std::size_t kBucketsSweepAbove = 4096;
 }  // namespace
 
-
 Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live, Auth* auth)
     : s_(s),
       reg_(reg),

@@ -35,8 +35,7 @@ class Ingest {
  public:
   // Binds the listen endpoint (throws zmq::error_t when it cannot). With `auth` enabled the socket is a
   // CURVE server and every message must name the node its key is bound to.
-  Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live,
-         Auth* auth = nullptr);
+  Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live, Auth* auth = nullptr);
   ~Ingest();  // stops the committer if run() did not
   void run(std::stop_token stop);
 
@@ -67,11 +66,11 @@ class Ingest {
   };
   // Receives what is queued and fits into the ring (the rest deferred); the number of messages taken.
   std::size_t receive(Room& r);
-  bool admit(const Frame& f);                              // within its sender's byte budget?
-  bool cuttable(const Frame& f) const;                     // a keyed agent's (peer_cut.hpp)
-  void note_connection(const Frame& f);                    // every message: its connection, for a cut
-  void note_deferred(const Frame& f);                      // and cuts its key if it floods
-  bool admitting(const Frame& f, uint64_t seq);            // false: cut now, defer it
+  bool admit(const Frame& f);                    // within its sender's byte budget?
+  bool cuttable(const Frame& f) const;           // a keyed agent's (peer_cut.hpp)
+  void note_connection(const Frame& f);          // every message: its connection, for a cut
+  void note_deferred(const Frame& f);            // and cuts its key if it floods
+  bool admitting(const Frame& f, uint64_t seq);  // false: cut now, defer it
   void cut_peer(const std::string& peer, std::chrono::seconds cooldown);
   void prepare(Frame& f);                                  // decode + encode + compress, on the pool
   std::vector<Reply> process(std::vector<Frame>& frames);  // committer: store, commit; the ACKs to send
@@ -111,8 +110,8 @@ class Ingest {
   };
   std::unordered_map<std::string, Bucket> buckets_;
   double bucket_rate_ = 0, bucket_size_ = 0;  // bytes/s, bytes
-  Auth* auth_ = nullptr;  // refuses cut keys (with CURVE)
-  PeerCut cut_;           // who floods (ingest thread only)
+  Auth* auth_ = nullptr;                      // refuses cut keys (with CURVE)
+  PeerCut cut_;                               // who floods (ingest thread only)
 
   // Messages from receipt until their commit: message number n (counted from 0 in arrival order) lives in
   // ring_[n % ring_.size()] while the pool prepares it, until the committer moves it out. The ring has a

@@ -1,6 +1,6 @@
 // Ingest's side of cutting a flooding key (peer_cut.hpp): every message's connection is noted (its fd and TCP
-// 4-tuple, from its first message), every deferral counted; a key found flooding is refused by the ZAP handler
-// and its connections are shut.
+// 4-tuple, from its first message), every deferral counted; a key found flooding is refused by the ZAP
+// handler and its connections are shut.
 #include "ingest.hpp"
 #include "log.hpp"
 

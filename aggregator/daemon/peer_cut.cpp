@@ -39,7 +39,8 @@ std::optional<std::chrono::seconds> PeerCut::deferred(const std::string& conn, c
 }
 
 std::optional<std::chrono::seconds> PeerCut::admitting(const std::string& conn, const std::string& peer,
-                                                       std::size_t bytes, uint64_t seq, Clock::time_point now) {
+                                                       std::size_t bytes, uint64_t seq,
+                                                       Clock::time_point now) {
   if (p_.conn_bytes == 0) return std::nullopt;
   auto& c = conns_[conn];
   c.peer = peer;
@@ -91,7 +92,8 @@ void PeerCut::sweep(Clock::time_point now) {
   // until cooldown_max after its last deferral (keys are bounded by the agents allowlist anyway).
   std::erase_if(keys_, [&](const auto& kv) {
     const auto quiet = now - kv.second.last;
-    return kv.second.cuts == 0 ? quiet > kQuietPeriods * p_.period : now - kv.second.last_cut > p_.cooldown_max;
+    return kv.second.cuts == 0 ? quiet > kQuietPeriods * p_.period
+                               : now - kv.second.last_cut > p_.cooldown_max;
   });
 }
 

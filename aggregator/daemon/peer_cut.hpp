@@ -21,9 +21,9 @@
 //   - one key over 4 x conn_bytes deferred within two periods of `period` (5 s, the agents' ACK timeout): a
 //     conforming agent opens at most one new connection per ACK timeout, so at most 3 connections' worth
 //     (38 MB) fall within 10 s; this catches a flooder that reconnects to reset its per-connection count.
-// A key cut again stays cut twice as long as the time before (up to cooldown_max): a persistent flooder spends
-// almost all of its time refused; a key cut by mistake (an agent configured with window x batch bytes above
-// conn_bytes) loses a cool-down of delay, never data: its spool keeps every batch until acknowledged.
+// A key cut again stays cut twice as long as the time before (up to cooldown_max): a persistent flooder
+// spends almost all of its time refused; a key cut by mistake (an agent configured with window x batch bytes
+// above conn_bytes) loses a cool-down of delay, never data: its spool keeps every batch until acknowledged.
 //
 // Pure bookkeeping, no sockets (tests/aggregator/peer_cut_test.cpp); the ingest thread owns it and does the
 // shutting (ingest.cpp) and the refusing (auth.hpp).

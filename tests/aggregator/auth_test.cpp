@@ -311,9 +311,10 @@ TEST_F(AuthTest, AgentOverItsByteBudgetResendsUntilStored) {
 TEST_F(AuthTest, FloodingKeyIsCutAndItsAgentComesBackWithEverything) {
   proc_ = std::make_unique<AggregatorProcess>(
       NETPRISM_AGGREGATOR_BIN, dir_ + "/data_cut", free_port(), free_port(),
-      std::vector<std::string>{"--server-key", dir_ + "/server.key", "--agents", dir_ + "/agents", "--clients",
-                               dir_ + "/clients", "--max-message-bytes", "65536", "--peer-bytes-per-s",
-                               "1048576", "--peer-cut-bytes", "262144", "--peer-cut-s", "2"});
+      std::vector<std::string>{"--server-key", dir_ + "/server.key", "--agents", dir_ + "/agents",
+                               "--clients", dir_ + "/clients", "--max-message-bytes", "65536",
+                               "--peer-bytes-per-s", "1048576", "--peer-cut-bytes", "262144", "--peer-cut-s",
+                               "2"});
   proc_->set_client(client("admin"));
   ASSERT_TRUE(proc_->wait_ready(ctx_));
   agent::Spool spool(dir_ + "/spool_cut", 16 << 20);

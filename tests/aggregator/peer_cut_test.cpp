@@ -35,7 +35,8 @@ TEST(PeerCut, SpoolReplayOfAConformingAgentIsNeverCut) {
   for (int conn = 0; conn < 120; ++conn) {
     const std::string conn_id = id("conn-", conn);
     for (int b = 0; b < kWindow; ++b) {
-      EXPECT_FALSE(cut.deferred(conn_id, "node-a", kWidestBatch, t)) << "connection " << conn << " batch " << b;
+      EXPECT_FALSE(cut.deferred(conn_id, "node-a", kWidestBatch, t))
+          << "connection " << conn << " batch " << b;
       t += 1ms;
     }
     t += 5100ms;
