@@ -19,7 +19,8 @@ constexpr uint64_t kKeyConns = 4;
 
 std::optional<std::chrono::seconds> PeerCut::deferred(const std::string& conn, const std::string& peer,
                                                       std::size_t bytes, Clock::time_point now) {
-  if (p_.conn_bytes == 0) return std::nullopt;
+  // Cut already: what was queued before its connections were shut is deferred without counting again.
+  if (p_.conn_bytes == 0 || is_cut(peer, now)) return std::nullopt;
   sweep(now);
   auto& c = conns_[conn];
   c.peer = peer;
@@ -65,11 +66,10 @@ void PeerCut::answered_upto(uint64_t seq) {
 }
 
 std::chrono::seconds PeerCut::cut(Key& k, Clock::time_point now) {
-  // A key last cut more than cooldown_max ago starts again from the first cool-down.
-  if (k.cuts > 0 && now - k.last_cut > p_.cooldown_max) k.cuts = 0;
+  // A key whose last cool-down ended more than cooldown_max ago starts again from the first one.
+  if (k.cuts > 0 && now - k.cut_until > p_.cooldown_max) k.cuts = 0;
   const int doublings = static_cast<int>(std::min<uint64_t>(k.cuts, 16));
   ++k.cuts;
-  k.last_cut = now;
   k.cur = k.prev = 0;  // judged afresh after the cool-down (its connections' records go with the shutting)
   k.period_start = now;
   const auto cooldown = std::min(p_.cooldown_max, p_.cooldown * (int64_t{1} << doublings));
@@ -93,7 +93,7 @@ void PeerCut::sweep(Clock::time_point now) {
   std::erase_if(keys_, [&](const auto& kv) {
     const auto quiet = now - kv.second.last;
     return kv.second.cuts == 0 ? quiet > kQuietPeriods * p_.period
-                               : now - kv.second.last_cut > p_.cooldown_max;
+                               : now - kv.second.cut_until > p_.cooldown_max;
   });
 }
 

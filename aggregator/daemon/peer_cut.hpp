@@ -91,7 +91,7 @@ class PeerCut {
     uint64_t cur = 0, prev = 0;  // deferred bytes in the current and the previous period
     Clock::time_point period_start;
     uint64_t cuts = 0;
-    Clock::time_point last, last_cut, cut_until;
+    Clock::time_point last, cut_until;
   };
   void sweep(Clock::time_point now);
   std::chrono::seconds cut(Key& k, Clock::time_point now);

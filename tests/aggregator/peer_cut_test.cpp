@@ -69,6 +69,9 @@ TEST(PeerCut, AFloodOfMaximumMessagesIsCutAtItsSecondWhileTheFirstIsUnanswered) 
   ASSERT_TRUE(cd);
   EXPECT_TRUE(cut.is_cut("hostile", t + 10ms));
   EXPECT_FALSE(cut.is_cut("hostile", t + 10ms + *cd));
+  // What was queued before the cut and is deferred now does not cut it again.
+  for (int i = 0; i < 10; ++i) EXPECT_FALSE(cut.deferred("c1", "hostile", 16 * kMiB, t + 20ms));
+  EXPECT_EQ(cut.cuts("hostile"), 1u);
   // Answered in time, the same two messages are no flood.
   PeerCut other({});
   EXPECT_FALSE(other.admitting("c1", "agent", 16 * kMiB, 0, t));
@@ -106,14 +109,14 @@ TEST(PeerCut, CoolDownsDoubleUpToTheCapThenStartOver) {
   auto t = PeerCut::Clock::time_point{} + 1h;
   std::vector<int64_t> got;
   for (int i = 0; i < 6; ++i) {
-    t += 1s;
     auto cd = cut.deferred(id("c", i), "hostile", 17 * kMiB, t);
     ASSERT_TRUE(cd);
     got.push_back(cd->count());
+    t += *cd + 1s;  // it floods again as soon as its cool-down is over
   }
   EXPECT_EQ(got, (std::vector<int64_t>{60, 120, 240, 480, 600, 600}));
-  // Quiet for longer than the cap: the next cut is a first one again.
-  t += 601s;
+  // Quiet for longer than the cap after its last cool-down: the next cut is a first one again.
+  t += 600s;
   auto cd = cut.deferred("late", "hostile", 17 * kMiB, t);
   ASSERT_TRUE(cd);
   EXPECT_EQ(*cd, 60s);
