@@ -177,6 +177,8 @@ std::size_t Ingest::receive(Room& r) {
       if (++f.parts == 1) {
         if (authenticated_) {
           f.peer = peer_user(part);
+          // Deprecated in libzmq but kept (Debian 12's 4.3.4 fills it from every message's metadata); should
+          // a libzmq return -1, a cut key is still refused from its next connection, just not shut at once.
           f.fd = zmq_msg_get(part.handle(), ZMQ_SRCFD);
         }
         f.payload = std::move(part);
