@@ -60,18 +60,7 @@ double quiet_threshold(const std::vector<double>& quiet) {
     if (q > 0) g.push_back(std::log(q));
   if (g.size() < 2) return 0;
   std::sort(g.begin(), g.end());
-  size_t n = g.size(), cut = 1;
-  std::vector<double> pre(n + 1, 0);
-  for (size_t i = 0; i < n; ++i) pre[i + 1] = pre[i] + g[i];
-  double best = -1;
-  for (size_t k = 1; k < n; ++k) {
-    double m0 = pre[k] / static_cast<double>(k), m1 = (pre[n] - pre[k]) / static_cast<double>(n - k);
-    double w = static_cast<double>(k) * static_cast<double>(n - k) * (m1 - m0) * (m1 - m0);
-    if (w > best) {
-      best = w;
-      cut = k;
-    }
-  }
+  const size_t cut = otsu_split(g).cut;
   return std::exp((g[cut - 1] + g[cut]) / 2);
 }
 

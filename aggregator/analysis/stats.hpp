@@ -54,4 +54,32 @@ inline std::vector<double> spacings(const std::vector<uint64_t>& times) {
   return d;
 }
 
+// Otsu's split of sorted values (n >= 2) into two classes: the index of the upper class's first value, the
+// cut maximising the between-class variance. Also the prefix sums it used, for the class means.
+struct OtsuSplit {
+  size_t cut = 1;
+  std::vector<double> prefix;  // prefix[i]: sum of the first i values
+  double lower_mean() const { return prefix[cut] / static_cast<double>(cut); }
+  double upper_mean() const {
+    return (prefix.back() - prefix[cut]) / static_cast<double>(prefix.size() - 1 - cut);
+  }
+};
+inline OtsuSplit otsu_split(const std::vector<double>& sorted) {
+  OtsuSplit o;
+  size_t n = sorted.size();
+  o.prefix.assign(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) o.prefix[i + 1] = o.prefix[i] + sorted[i];
+  double best = -1;
+  for (size_t k = 1; k < n; ++k) {
+    double m0 = o.prefix[k] / static_cast<double>(k);
+    double m1 = (o.prefix[n] - o.prefix[k]) / static_cast<double>(n - k);
+    double w = static_cast<double>(k) * static_cast<double>(n - k) * (m1 - m0) * (m1 - m0);
+    if (w > best) {
+      best = w;
+      o.cut = k;
+    }
+  }
+  return o;
+}
+
 }  // namespace netprism::analysis

@@ -36,19 +36,9 @@ double inter_gap_threshold(std::vector<double> gaps) {
   for (double& g : gaps) g = std::log(std::max(g, 1.0));
   std::sort(gaps.begin(), gaps.end());
   size_t n = gaps.size();
-  std::vector<double> pre(n + 1, 0);
-  for (size_t i = 0; i < n; ++i) pre[i + 1] = pre[i] + gaps[i];
-  double best = -1;
-  size_t cut = 0;
-  for (size_t k = 1; k < n; ++k) {
-    double m0 = pre[k] / static_cast<double>(k), m1 = (pre[n] - pre[k]) / static_cast<double>(n - k);
-    double w = static_cast<double>(k) * static_cast<double>(n - k) * (m1 - m0) * (m1 - m0);
-    if (w > best) {
-      best = w;
-      cut = k;
-    }
-  }
-  double m0 = pre[cut] / static_cast<double>(cut), m1 = (pre[n] - pre[cut]) / static_cast<double>(n - cut);
+  const OtsuSplit o = otsu_split(gaps);
+  const size_t cut = o.cut;
+  double m0 = o.lower_mean(), m1 = o.upper_mean();
   if (m1 - m0 < std::log(kGapClassRatio)) return 0;
   // Otsu weighs classes by their size: many sub-millisecond gaps (the chunks of a ring all-reduce) pull
   // its cut into the upper tail of the intra-synchronisation gaps (the tens of ms a shaped link leaves
