@@ -7,6 +7,8 @@
 // segment once it is older than the agents' delivery lag, and runs counter_events() on each segment with
 // the QP rows read during it (the PSN split) and the latest row of every QP (the pairing, closures).
 #include <algorithm>
+#include <string>
+#include <utility>
 
 #include "counters.hpp"
 #include "netprism/flowlet.h"
@@ -127,7 +129,10 @@ std::vector<FlowEvent> LiveCounters::take(uint64_t now_ns,
   };
   for (auto& [pair, s] : sent_) {
     if (s.fin) continue;
-    auto [a, b] = std::minmax(node_of(pair.first), node_of(pair.second));
+    // Named values, not std::minmax of the temporaries (it returns references to them) nor a structured
+    // binding (clang 14, which the fuzz and sanitizer builds use, cannot capture one in a lambda).
+    std::string a = node_of(pair.first), b = node_of(pair.second);
+    if (b < a) std::swap(a, b);
     bool closed = std::any_of(p.links.begin(), p.links.end(),
                               [&](const QpLink& l) { return l.closed && l.a == a && l.b == b; });
     if (!closed) continue;
