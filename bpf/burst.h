@@ -33,9 +33,13 @@
  * A retry is only needed while the idle flush is deleting that very entry, which takes ~100 ns. */
 #define NP_FLOW_RETRIES 4
 
-static __always_inline void np_count(__u32 idx) {
+static __always_inline void np_count_n(__u32 idx, __u64 n) {
   __u64* v = bpf_map_lookup_elem(&np_counters, &idx);
-  if (v) *v += 1; /* per-CPU: no atomics needed */
+  if (v) *v += n; /* per-CPU: no atomics needed */
+}
+
+static __always_inline void np_count(__u32 idx) {
+  np_count_n(idx, 1);
 }
 
 /* The per-entry lock. bpf_spin_lock costs ~50 ns here (two helper calls that save and restore interrupts);
@@ -249,6 +253,7 @@ static __always_inline void np_emit(const struct np_flow_key* k, const struct np
   struct np_flowlet* rec = bpf_ringbuf_reserve(&np_events, sizeof(struct np_flowlet), 0);
   if (!rec) {
     np_count(NP_CNT_RINGBUF_FULL);
+    np_count_n(NP_CNT_RINGBUF_LOST_PACKETS, done->packets);
     return;
   }
   np_flowlet_fill(rec, k, done, cut);

@@ -107,7 +107,11 @@ NlParseResult for_each_msg(const uint8_t* buf, std::size_t len, uint16_t want_cm
       nlmsgerr e{};
       if (body_len >= sizeof(int)) std::memcpy(&e.error, body, sizeof(int));
       if (e.error != 0) {
-        r.error = std::string("RDMA netlink: ") + std::strerror(-e.error);
+        // The kernel sends a negative errno (-1..-4095, the range the kernel's IS_ERR_VALUE reserves).
+        // Anything else comes from a broken or hostile peer: name its number, never negate it (INT_MIN).
+        bool errno_like = e.error < 0 && e.error > -4096;
+        r.error = errno_like ? std::string("RDMA netlink: ") + std::strerror(-e.error)
+                             : "RDMA netlink: error code " + std::to_string(e.error) + " is not an errno";
         return r;
       }
     } else if (h.nlmsg_type == RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, want_cmd)) {

@@ -13,7 +13,8 @@
 /* Per-CPU counters: every packet the probe sees, and every reason it skipped or lost something.
  * Nothing is dropped silently: each skip or loss path increments exactly one of the reason counters, so
  * PACKETS == NON_IP + TRUNCATED + UNPARSED + IPV6_EXT + OTHER_L4 + IP_FRAGMENT + EXCLUDED + MAP_FULL +
- * MAP_BUSY + FLOW_RACE + LOCK_TIMEOUT + (packets accounted into bursts).
+ * MAP_BUSY + FLOW_RACE + LOCK_TIMEOUT + (packets accounted into bursts), and every packet accounted into a
+ * burst is delivered in it or counted in RINGBUF_LOST_PACKETS.
  * One list, X(ID, name): the enum below holds NP_CNT_<ID> and the agent ships the value as "probe_<name>"
  * (np_counter_name). New counters are only ever appended. */
 #define NP_COUNTERS(X)                                                                                       \
@@ -36,7 +37,10 @@
   /* idle flush found the ring buffer full (or the entry locked) and kept the burst */                       \
   X(FLUSH_DEFERRED, flush_deferred)                                                                          \
   /* flow entry stayed locked by another CPU beyond the spin budget: packet not tracked */                   \
-  X(LOCK_TIMEOUT, lock_timeout)
+  X(LOCK_TIMEOUT, lock_timeout)                                                                              \
+  /* the packets of the bursts counted in RINGBUF_FULL: a burst is lost whole, so loss is known in packets   \
+   */                                                                                                        \
+  X(RINGBUF_LOST_PACKETS, ringbuf_lost_packets)
 
 #define NP_COUNTER_ENUM(id, name) NP_CNT_##id,
 enum np_counter {

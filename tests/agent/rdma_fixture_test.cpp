@@ -6,6 +6,7 @@
 #include <rdma/rdma_netlink.h>
 
 #include <cstring>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 
@@ -282,6 +283,16 @@ TEST(RdmaNetlink, FixtureMalformedInputIsAnErrorNotACrash) {
   r = parse_qp_messages(e.bytes().data(), e.bytes().size(), qps);
   EXPECT_FALSE(r);
   EXPECT_NE(r.error.find("not supported"), std::string::npos) << r.error;
+  // A hostile error code (fuzz_rdma_netlink found INT_MIN, whose negation is undefined) and a positive one
+  // are named by their number.
+  for (int code : {std::numeric_limits<int>::min(), 5, -4096}) {
+    NlBuilder h;
+    h.error(code);
+    r = parse_qp_messages(h.bytes().data(), h.bytes().size(), qps);
+    EXPECT_FALSE(r);
+    EXPECT_NE(r.error.find("error code " + std::to_string(code) + " is not an errno"), std::string::npos)
+        << r.error;
+  }
 }
 
 TEST(RdmaNetlink, FixtureTypeAndStateNames) {

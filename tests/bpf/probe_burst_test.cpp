@@ -385,11 +385,14 @@ TEST_P(ProbeBurst, FullRingBufferIsCountedNotSilent) {
   auto flows = dump_flows(*probe_);
   ASSERT_EQ(flows.size(), 1u);
   uint64_t lost = runs - delivered - flows[0].second.b.packets;
-  EXPECT_GE(lost, c[NP_CNT_RINGBUF_FULL]);  // each lost burst held at least one packet
+  EXPECT_GE(lost, c[NP_CNT_RINGBUF_FULL]);          // each lost burst held at least one packet
+  EXPECT_EQ(lost, c[NP_CNT_RINGBUF_LOST_PACKETS]);  // and the loss is known to the packet
 }
 
 // The data path and the idle flush race on the same entries (two CPUs): no packet may vanish. Every packet
-// sent is in exactly one delivered burst, or counted as FLOW_RACE / MAP_BUSY.
+// sent is in exactly one delivered burst, or counted as FLOW_RACE / MAP_BUSY / LOCK_TIMEOUT, or in a burst
+// the ring buffer had no room for (RINGBUF_LOST_PACKETS). That last one happens when this thread, the
+// consumer, is starved: CI's 2-core runner lost 2958 of 364764 bursts while other tests ran beside this one.
 void flush_races_data_path(Probe& probe) {
   std::string err;
   ASSERT_TRUE(probe.set_thresholds(20'000, 60 * kSec, err))
@@ -421,8 +424,10 @@ void flush_races_data_path(Probe& probe) {
     delivered += f.packets;
     payload += f.payload_bytes;
   }
-  EXPECT_EQ(c[NP_CNT_RINGBUF_FULL], 0u);
-  EXPECT_EQ(delivered + c[NP_CNT_FLOW_RACE] + c[NP_CNT_MAP_BUSY] + c[NP_CNT_LOCK_TIMEOUT], sent);
+  EXPECT_EQ(delivered + c[NP_CNT_FLOW_RACE] + c[NP_CNT_MAP_BUSY] + c[NP_CNT_LOCK_TIMEOUT] +
+                c[NP_CNT_RINGBUF_LOST_PACKETS],
+            sent);
+  EXPECT_LT(c[NP_CNT_RINGBUF_FULL], c[NP_CNT_BURSTS_EMITTED]) << "most bursts must reach the consumer";
   // Losses are counted, but with the lock's ~1 ms spin budget none should happen even on a loaded host.
   EXPECT_EQ(c[NP_CNT_LOCK_TIMEOUT], 0u);
   EXPECT_EQ(payload, delivered * 10);
@@ -439,10 +444,12 @@ void flush_races_data_path(Probe& probe) {
   for (const auto& [k, st] : dump_flows(probe)) EXPECT_EQ(st.b.packets, 0u);
   ::testing::Test::RecordProperty("flow_race", std::to_string(c[NP_CNT_FLOW_RACE]));
   std::printf(
-      "sent %llu packets, %zu bursts, %llu flushes, flow_race %llu, lock_timeout %llu, deferred %llu\n",
+      "sent %llu packets, %zu bursts, %llu flushes, flow_race %llu, lock_timeout %llu, deferred %llu, "
+      "ring buffer full %llu (%llu packets)\n",
       (unsigned long long)sent, got.size(), (unsigned long long)flushes,
       (unsigned long long)c[NP_CNT_FLOW_RACE], (unsigned long long)c[NP_CNT_LOCK_TIMEOUT],
-      (unsigned long long)c[NP_CNT_FLUSH_DEFERRED]);
+      (unsigned long long)c[NP_CNT_FLUSH_DEFERRED], (unsigned long long)c[NP_CNT_RINGBUF_FULL],
+      (unsigned long long)c[NP_CNT_RINGBUF_LOST_PACKETS]);
 }
 
 TEST_P(ProbeBurst, FlushRacingTheDataPathLosesNothingUncounted) {

@@ -27,6 +27,7 @@ TEST(ProbeCounterNames, EveryCounterHasItsOwnName) {
 TEST(ProbeCounterNames, NamesFollowTheEnumerators) {
   EXPECT_STREQ(np_counter_name(NP_CNT_PACKETS), "probe_packets");
   EXPECT_STREQ(np_counter_name(NP_CNT_RINGBUF_FULL), "probe_ringbuf_full");
+  EXPECT_STREQ(np_counter_name(NP_CNT_RINGBUF_LOST_PACKETS), "probe_ringbuf_lost_packets");
   EXPECT_STREQ(np_counter_name(NP_CNT_FLUSH_DEFERRED), "probe_flush_deferred");
   EXPECT_STREQ(np_counter_name(NP_CNT_LOCK_TIMEOUT), "probe_lock_timeout");
 }
