@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <map>
 #include <numeric>
+#include <vector>
 
 #include "stages.hpp"
 
@@ -57,6 +58,22 @@ constexpr double kTpEpisodeRatio = 3.0;
 // ... and the rarer kind repeats: 3 episodes at least (a synchronisation per iteration, 3 iterations), unlike
 // the edges of a ring all-reduce's non-neighbours (2 episodes in a DDP run: set-up only).
 constexpr double kMinDpEpisodes = 3;
+
+// Union-find over node indices 0..n-1, with path halving. unite(a, b) hangs a's root under b's: callers key
+// components by root (a std::map), so the roots, and with them the order of the components, follow from
+// the order of the unions.
+class DisjointSets {
+ public:
+  explicit DisjointSets(size_t n) : parent_(n) { std::iota(parent_.begin(), parent_.end(), 0u); }
+  uint32_t find(uint32_t x) {
+    while (parent_[x] != x) x = parent_[x] = parent_[parent_[x]];
+    return x;
+  }
+  void unite(uint32_t a, uint32_t b) { parent_[find(a)] = find(b); }
+
+ private:
+  std::vector<uint32_t> parent_;
+};
 
 struct EdgeData {
   Edge e;
@@ -169,16 +186,11 @@ int expert_parallel(const Structure& s, const std::map<std::pair<uint32_t, uint3
 // each job node's stage.
 bool structure(const std::vector<EdgeData*>& all, const std::vector<uint32_t>& nodes, size_t N,
                const std::vector<char>& pp, std::vector<int>& stage) {
-  std::vector<uint32_t> parent(N);
-  std::iota(parent.begin(), parent.end(), 0u);
-  auto find = [&](uint32_t x) {
-    while (parent[x] != x) x = parent[x] = parent[parent[x]];
-    return x;
-  };
+  DisjointSets sets(N);
   for (size_t i = 0; i < all.size(); ++i)
-    if (!pp[i]) parent[find(all[i]->e.u)] = find(all[i]->e.v);
+    if (!pp[i]) sets.unite(all[i]->e.u, all[i]->e.v);
   std::map<uint32_t, size_t> gsize;
-  for (uint32_t v : nodes) gsize[find(v)]++;
+  for (uint32_t v : nodes) gsize[sets.find(v)]++;
   for (auto& [g, c] : gsize)
     if (c != gsize.begin()->second) return false;
   // Votes per ordered group pair (lower root first): positive = the lower root's group is upstream.
@@ -186,7 +198,7 @@ bool structure(const std::vector<EdgeData*>& all, const std::vector<uint32_t>& n
   for (size_t i = 0; i < all.size(); ++i) {
     if (!pp[i]) continue;
     const EdgeData& d = *all[i];
-    uint32_t gu = find(d.e.u), gv = find(d.e.v);
+    uint32_t gu = sets.find(d.e.u), gv = sets.find(d.e.v);
     if (gu == gv) return false;
     double w = d.rev - d.fwd;  // > 0: e.u is upstream
     if (gu < gv)
@@ -208,7 +220,7 @@ bool structure(const std::vector<EdgeData*>& all, const std::vector<uint32_t>& n
         changed = true;
       }
   }
-  for (uint32_t v : nodes) stage[v] = depth[find(v)];
+  for (uint32_t v : nodes) stage[v] = depth[sets.find(v)];
   std::map<int, size_t> per_stage;
   for (uint32_t v : nodes) per_stage[stage[v]]++;
   for (auto& [st, c] : per_stage)
@@ -336,16 +348,11 @@ size_t episodes(const std::vector<const Xfer*>& xs) {
 template <class Use>
 std::vector<std::vector<uint32_t>> components(const std::vector<EdgeData*>& all,
                                               const std::vector<uint32_t>& nodes, size_t N, Use use) {
-  std::vector<uint32_t> parent(N);
-  std::iota(parent.begin(), parent.end(), 0u);
-  auto find = [&](uint32_t x) {
-    while (parent[x] != x) x = parent[x] = parent[parent[x]];
-    return x;
-  };
+  DisjointSets sets(N);
   for (size_t i = 0; i < all.size(); ++i)
-    if (use(i)) parent[find(all[i]->e.u)] = find(all[i]->e.v);
+    if (use(i)) sets.unite(all[i]->e.u, all[i]->e.v);
   std::map<uint32_t, std::vector<uint32_t>> comp;
-  for (uint32_t v : nodes) comp[find(v)].push_back(v);
+  for (uint32_t v : nodes) comp[sets.find(v)].push_back(v);
   std::vector<std::vector<uint32_t>> out;
   for (auto& [root, members] : comp) out.push_back(std::move(members));
   return out;
@@ -475,21 +482,16 @@ Structure infer_structure(const Normalized& n, const JobSlice& job) {
   });
 
   // DP groups: connected components of DP edges (TP edges across servers excluded).
-  std::vector<uint32_t> parent(N);
-  std::iota(parent.begin(), parent.end(), 0u);
-  auto find = [&](uint32_t x) {
-    while (parent[x] != x) x = parent[x] = parent[parent[x]];
-    return x;
-  };
+  DisjointSets sets(N);
   for (auto& [key, d] : edges)
-    if (d.e.role == EdgeRole::dp && !d.tp) parent[find(d.e.u)] = find(d.e.v);
+    if (d.e.role == EdgeRole::dp && !d.tp) sets.unite(d.e.u, d.e.v);
   std::map<uint32_t, std::vector<uint32_t>> comps;
   for (auto& [key, d] : edges)
     if (d.e.role == EdgeRole::dp && !d.tp) {
-      comps[find(d.e.u)];
+      comps[sets.find(d.e.u)];
     }
   for (uint32_t v : job.nodes)
-    if (comps.count(find(v))) comps[find(v)].push_back(v);
+    if (comps.count(sets.find(v))) comps[sets.find(v)].push_back(v);
   for (auto& [root, members] : comps) {
     std::sort(members.begin(), members.end(),
               [&](uint32_t a, uint32_t b) { return n.nodes[a] < n.nodes[b]; });

@@ -2,58 +2,23 @@
 // every node's table is a RDMA_NLDEV_CMD_RES_QP_GET dump built attribute by attribute from
 // <rdma/rdma_netlink.h> (as res_get_common_dumpit + fill_res_qp_entry write it) and decoded by the agent's
 // own parser, then paired across nodes.
-#include <linux/netlink.h>
-#include <rdma/rdma_netlink.h>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
-#include "agent/nl_builder.hpp"
 #include "counters.hpp"
 #include "netprism/flowlet.h"
-#include "rdma/netlink.hpp"
+#include "qp_table_fixture.hpp"
 
 using namespace netprism;
 using namespace netprism::analysis;
-using netprism::test::NlBuilder;
+using netprism::test::kQptGsi;
+using netprism::test::qp_table;
 
 namespace {
-
-struct FixtureQp {
-  uint32_t lqpn, rqpn, sq_psn, rq_psn;
-  uint8_t type = 2;  // IB_QPT_RC
-};
-
-// One node's QP table as the kernel dumps it, decoded by the agent's parser, as analysis rows read at `t`.
-std::vector<NodeQp> table(const std::string& node, const std::vector<FixtureQp>& qps, uint64_t t) {
-  NlBuilder b;
-  b.begin_msg(RDMA_NLDEV_CMD_RES_QP_GET);
-  b.u32(RDMA_NLDEV_ATTR_DEV_INDEX, 0);
-  b.str(RDMA_NLDEV_ATTR_DEV_NAME, "rxe0");
-  b.begin_nest(RDMA_NLDEV_ATTR_RES_QP);
-  for (const auto& q : qps) {
-    b.begin_nest(RDMA_NLDEV_ATTR_RES_QP_ENTRY);
-    b.u32(RDMA_NLDEV_ATTR_PORT_INDEX, 1);
-    b.u32(RDMA_NLDEV_ATTR_RES_LQPN, q.lqpn);
-    if (q.type == 2) {
-      b.u32(RDMA_NLDEV_ATTR_RES_RQPN, q.rqpn);
-      b.u32(RDMA_NLDEV_ATTR_RES_RQ_PSN, q.rq_psn);
-    }
-    b.u32(RDMA_NLDEV_ATTR_RES_SQ_PSN, q.sq_psn);
-    b.u8(RDMA_NLDEV_ATTR_RES_TYPE, q.type);
-    b.u8(RDMA_NLDEV_ATTR_RES_STATE, 3);  // IB_QPS_RTS
-    b.u32(RDMA_NLDEV_ATTR_RES_PID, 4242);
-    b.end_nest();
-  }
-  b.end_nest();
-  b.end_msg();
-  b.done();
-  std::vector<QpEntry> rows;
-  auto r = agent::parse_qp_messages(b.bytes().data(), b.bytes().size(), rows);
-  EXPECT_TRUE(r) << r.error;
-  std::vector<NodeQp> out;
-  for (auto& q : rows) out.push_back({node, t, q});
-  return out;
-}
 
 void append(std::vector<NodeQp>& to, std::vector<NodeQp> from) {
   to.insert(to.end(), from.begin(), from.end());
@@ -63,9 +28,9 @@ void append(std::vector<NodeQp>& to, std::vector<NodeQp> from) {
 
 TEST(QpPairingFixture, PairsAcrossNodesByQpnAndSkipsDatagramQps) {
   std::vector<NodeQp> qps;
-  append(qps, table("n0", {{0x11, 0x2a, 100, 200}, {1, 0, 0, 0, 1 /* GSI */}}, 1000));
-  append(qps, table("n1", {{0x2a, 0x11, 200, 100}}, 1000));
-  append(qps, table("n2", {{0x33, 0x999, 5, 6}}, 1000));  // its peer has no agent
+  append(qps, qp_table("n0", {{0x11, 0x2a, 100, 200}, {.lqpn = 1, .type = kQptGsi}}, 1000));
+  append(qps, qp_table("n1", {{0x2a, 0x11, 200, 100}}, 1000));
+  append(qps, qp_table("n2", {{0x33, 0x999, 5, 6}}, 1000));  // its peer has no agent
   QpPairing p = pair_qps(qps, {}, {});
   ASSERT_EQ(p.links.size(), 1u);
   EXPECT_EQ(p.links[0].a, "n0");
@@ -80,8 +45,8 @@ TEST(QpPairingFixture, PairsAcrossNodesByQpnAndSkipsDatagramQps) {
 
 TEST(QpPairingFixture, ClosedWhenLaterReadsNoLongerListTheQps) {
   std::vector<NodeQp> qps;
-  append(qps, table("n0", {{17, 18, 1, 1}}, 1000));
-  append(qps, table("n1", {{18, 17, 1, 1}}, 1000));
+  append(qps, qp_table("n0", {{17, 18, 1, 1}}, 1000));
+  append(qps, qp_table("n1", {{18, 17, 1, 1}}, 1000));
   EXPECT_FALSE(pair_qps(qps, {}, {{"n0", 1000}, {"n1", 1000}}).links[0].closed);
   EXPECT_TRUE(pair_qps(qps, {}, {{"n0", 2000}, {"n1", 2000}}).links[0].closed);
   EXPECT_FALSE(pair_qps(qps, {}, {{"n0", 2000}, {"n1", 1000}}).links[0].closed);  // n1 still has it
@@ -92,7 +57,7 @@ TEST(QpPairingFixture, ClosedWhenLaterReadsNoLongerListTheQps) {
 // resolves them by which nodes' counters move together (n0 sends while n1 receives, n2 while n3).
 TEST(QpPairingFixture, SameQpnsOnTwoNodePairsResolvedByCounters) {
   std::vector<NodeQp> qps;
-  for (const char* n : {"n0", "n1", "n2", "n3"}) append(qps, table(n, {{17, 17, 0, 0}}, 1000));
+  for (const char* n : {"n0", "n1", "n2", "n3"}) append(qps, qp_table(n, {{17, 17, 0, 0}}, 1000));
   QpPairing p = pair_qps(qps, {}, {});
   EXPECT_TRUE(p.links.empty());
   ASSERT_EQ(p.ambiguous.size(), 4u);
@@ -125,7 +90,7 @@ TEST(QpPairingFixture, SameQpnsOnTwoNodePairsResolvedByCounters) {
 
 TEST(QpPairingFixture, CmAddressesDecideBetweenEqualQpns) {
   std::vector<NodeQp> qps;
-  for (const char* n : {"n0", "n1", "n2", "n3"}) append(qps, table(n, {{17, 17, 0, 0}}, 1000));
+  for (const char* n : {"n0", "n1", "n2", "n3"}) append(qps, qp_table(n, {{17, 17, 0, 0}}, 1000));
   const std::map<std::string, std::string> addr_node = {
       {"10.0.0.1", "n0"}, {"10.0.0.2", "n1"}, {"10.0.0.3", "n2"}, {"10.0.0.4", "n3"}};
   // The CM table's addresses (rdma_cm users): complete_qp_table fills them by device and local QPN.
@@ -147,9 +112,9 @@ TEST(QpPairingFixture, PsnAdvanceSplitsOneNodesBytesBetweenPeers) {
   uint32_t to1 = 1000, to2 = 5000;  // n0's send PSNs towards n1 and n2
   for (int k = 0; k <= 10; ++k) {
     uint64_t t = t0 + static_cast<uint64_t>(k) * 10 * ms;
-    append(in.qps, table("n0", {{0x100, 0x200, to1, 0}, {0x101, 0x300, to2, 0}}, t));
-    append(in.qps, table("n1", {{0x200, 0x100, 0, 0}}, t));
-    append(in.qps, table("n2", {{0x300, 0x101, 0, 0}}, t));
+    append(in.qps, qp_table("n0", {{0x100, 0x200, to1, 0}, {0x101, 0x300, to2, 0}}, t));
+    append(in.qps, qp_table("n1", {{0x200, 0x100, 0, 0}}, t));
+    append(in.qps, qp_table("n2", {{0x300, 0x101, 0, 0}}, t));
     if (k == 10) break;
     to1 += 3 * 256;  // 3 MiB to n1 and 1 MiB to n2 per interval, in 4096-byte packets
     to2 += 256;

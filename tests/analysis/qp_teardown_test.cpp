@@ -3,64 +3,30 @@
 // over RDMA netlink (QPs destroyed or left in ERR/RESET vs. still connected). The tables here are
 // RDMA_NLDEV_CMD_RES_QP_GET dumps built attribute by attribute from <rdma/rdma_netlink.h> and decoded by the
 // agent's own parser; the traffic is a synthetic DP2 job re-cut as the probe's per-QP RoCE flowlets.
-#include <linux/netlink.h>
-#include <rdma/rdma_netlink.h>
-
 #include <algorithm>
 #include <map>
 
 #include <gtest/gtest.h>
 
-#include "agent/nl_builder.hpp"
 #include "counters.hpp"
 #include "feed.hpp"
 #include "incremental.hpp"
 #include "netprism/flowlet.h"
 #include "offline.hpp"
-#include "rdma/netlink.hpp"
+#include "qp_table_fixture.hpp"
 #include "store.hpp"
 #include "synth.hpp"
 
 using namespace netprism;
 using namespace netprism::analysis;
-using netprism::test::NlBuilder;
+using netprism::test::kQpsErr;
+using netprism::test::kQpsReset;
+using netprism::test::kQpsRts;
+using netprism::test::qp_table;
 
 namespace {
 
 constexpr uint64_t kSec = 1'000'000'000;
-
-struct Qp {
-  uint32_t lqpn, rqpn;
-  uint8_t state = 3;  // enum ib_qp_state: 0 RESET, 3 RTS, 6 ERR
-};
-
-// One node's QP table as the kernel dumps it (RC QPs), decoded by the agent's parser, read at `t`.
-std::vector<NodeQp> table(const std::string& node, const std::vector<Qp>& qps, uint64_t t) {
-  NlBuilder b;
-  b.begin_msg(RDMA_NLDEV_CMD_RES_QP_GET);
-  b.u32(RDMA_NLDEV_ATTR_DEV_INDEX, 0);
-  b.str(RDMA_NLDEV_ATTR_DEV_NAME, "rxe0");
-  b.begin_nest(RDMA_NLDEV_ATTR_RES_QP);
-  for (const auto& q : qps) {
-    b.begin_nest(RDMA_NLDEV_ATTR_RES_QP_ENTRY);
-    b.u32(RDMA_NLDEV_ATTR_PORT_INDEX, 1);
-    b.u32(RDMA_NLDEV_ATTR_RES_LQPN, q.lqpn);
-    b.u32(RDMA_NLDEV_ATTR_RES_RQPN, q.rqpn);
-    b.u8(RDMA_NLDEV_ATTR_RES_TYPE, 2);  // IB_QPT_RC
-    b.u8(RDMA_NLDEV_ATTR_RES_STATE, q.state);
-    b.u32(RDMA_NLDEV_ATTR_RES_PID, 4242);
-    b.end_nest();
-  }
-  b.end_nest();
-  b.end_msg();
-  b.done();
-  std::vector<QpEntry> rows;
-  auto r = agent::parse_qp_messages(b.bytes().data(), b.bytes().size(), rows);
-  EXPECT_TRUE(r) << r.error;
-  std::vector<NodeQp> out;
-  for (auto& q : rows) out.push_back({node, t, q});
-  return out;
-}
 
 FlowEvent roce(const std::string& src, const std::string& dst, uint32_t qpn, uint64_t t0, uint64_t t1) {
   FlowEvent e;
@@ -94,8 +60,8 @@ TEST(QpTeardown, FlowEndsWhenItsDestinationQpIsGoneOrFlushed) {
   };
   {  // both tables read after the end list nothing: both flows ended, each once
     QpTeardowns td;
-    add(td, table("n0", {{17, 18}}, t), "n0", t);
-    add(td, table("n1", {{18, 17}}, t), "n1", t);
+    add(td, qp_table("n0", {{17, 18}}, t), "n0", t);
+    add(td, qp_table("n1", {{18, 17}}, t), "n1", t);
     flows(td);
     add(td, {}, "n0", t + 3 * kSec);
     add(td, {}, "n1", t + 3 * kSec);
@@ -112,22 +78,22 @@ TEST(QpTeardown, FlowEndsWhenItsDestinationQpIsGoneOrFlushed) {
   {  // a hang: the later reads still list both QPs connected
     QpTeardowns td;
     flows(td);
-    add(td, table("n0", {{17, 18}}, t + 3 * kSec), "n0", t + 3 * kSec);
-    add(td, table("n1", {{18, 17}}, t + 3 * kSec), "n1", t + 3 * kSec);
+    add(td, qp_table("n0", {{17, 18}}, t + 3 * kSec), "n0", t + 3 * kSec);
+    add(td, qp_table("n1", {{18, 17}}, t + 3 * kSec), "n1", t + 3 * kSec);
     EXPECT_TRUE(td.take(kAddrNode, 0).empty());
   }
   {  // flushed to ERR (the peer tore its end down) on n1 and reset on n0: ended
     QpTeardowns td;
     flows(td);
-    add(td, table("n0", {{17, 18, 0}}, t + 3 * kSec), "n0", t + 3 * kSec);
-    add(td, table("n1", {{18, 17, 6}}, t + 3 * kSec), "n1", t + 3 * kSec);
+    add(td, qp_table("n0", {{.lqpn = 17, .rqpn = 18, .state = kQpsReset}}, t + 3 * kSec), "n0", t + 3 * kSec);
+    add(td, qp_table("n1", {{.lqpn = 18, .rqpn = 17, .state = kQpsErr}}, t + 3 * kSec), "n1", t + 3 * kSec);
     EXPECT_EQ(td.take(kAddrNode, 0).size(), 2u);
   }
   {  // only n1's QP is gone (n0 still lists its end): the flow into n1 ended, the one into n0 not yet
     QpTeardowns td;
     flows(td);
-    add(td, table("n0", {{17, 18}}, t + 3 * kSec), "n0", t + 3 * kSec);
-    add(td, table("n1", {{18, 17}}, t), "n1", t);
+    add(td, qp_table("n0", {{17, 18}}, t + 3 * kSec), "n0", t + 3 * kSec);
+    add(td, qp_table("n1", {{18, 17}}, t), "n1", t);
     add(td, {}, "n1", t + 3 * kSec);
     auto ends = td.take(kAddrNode, 0);
     ASSERT_EQ(ends.size(), 1u);
@@ -135,7 +101,7 @@ TEST(QpTeardown, FlowEndsWhenItsDestinationQpIsGoneOrFlushed) {
   }
   {  // no evidence: the latest read is older than the flow's last packet, or never listed the QP
     QpTeardowns td;
-    add(td, table("n1", {{18, 17}}, t), "n1", t);
+    add(td, qp_table("n1", {{18, 17}}, t), "n1", t);
     td.flow(roce("10.0.0.1", "10.0.0.2", 18, t, t + kSec));
     add(td, {}, "n1", t + kSec / 2);
     td.flow(roce("10.0.0.1", "10.0.0.2", 99, t, t + kSec));
@@ -155,7 +121,7 @@ struct RoceJob {
   uint64_t last = 0;
 };
 
-RoceJob roce_job(bool ended, uint8_t end_state = 3) {
+RoceJob roce_job(bool ended, uint8_t end_state = kQpsRts) {
   synth::Spec s;
   s.dp = 2;
   s.pp = 1;
@@ -175,13 +141,15 @@ RoceJob roce_job(bool ended, uint8_t end_state = 3) {
     j.last = std::max(j.last, e.last_ns);
   }
   for (uint64_t t = first; t <= j.last; t += kSec) {
-    for (auto& r : table("n0", {{17, 18}}, t)) j.in.qps.push_back(r);
-    for (auto& r : table("n1", {{18, 17}}, t)) j.in.qps.push_back(r);
+    for (auto& r : qp_table("n0", {{17, 18}}, t)) j.in.qps.push_back(r);
+    for (auto& r : qp_table("n1", {{18, 17}}, t)) j.in.qps.push_back(r);
   }
   const uint64_t read = j.last + 3 * kSec;  // the agents' reads after the job went quiet
-  if (!ended || end_state != 3) {
-    for (auto& r : table("n0", {{17, 18, end_state}}, read)) j.in.qps.push_back(r);
-    for (auto& r : table("n1", {{18, 17, end_state}}, read)) j.in.qps.push_back(r);
+  if (!ended || end_state != kQpsRts) {
+    for (auto& r : qp_table("n0", {{.lqpn = 17, .rqpn = 18, .state = end_state}}, read))
+      j.in.qps.push_back(r);
+    for (auto& r : qp_table("n1", {{.lqpn = 18, .rqpn = 17, .state = end_state}}, read))
+      j.in.qps.push_back(r);
   }
   j.in.qp_read_ns = {{"n0", read}, {"n1", read}};
   j.in.now_ns = read;
@@ -190,7 +158,7 @@ RoceJob roce_job(bool ended, uint8_t end_state = 3) {
 
 TEST(QpTeardown, OfflineRoceJobEndsWhenItsQpsAreGoneAndHangsWhileTheyStay) {
   for (bool offline : {true, false}) {
-    RoceJob gone = roce_job(true), flushed = roce_job(true, 6), hung = roce_job(false);
+    RoceJob gone = roce_job(true), flushed = roce_job(true, kQpsErr), hung = roce_job(false);
     for (RoceJob* j : {&gone, &flushed, &hung}) j->in.offline = offline;
     Result r = analyze(gone.in);
     ASSERT_EQ(r.jobs.size(), 1u);
