@@ -82,6 +82,7 @@ void Delivery::reconnect(uint64_t now, const std::string& why) {
            std::to_string(backoff_ns_ / 1'000'000) + " ms (" + std::to_string(pending_batches()) +
            " batches unacknowledged, kept)");
   sock_.reset();
+  send_refused_since_ns_ = 0;
   inflight_.clear();
   state_ = State::kBackoff;
   next_attempt_ns_ = now + backoff_ns_;
@@ -92,12 +93,16 @@ bool Delivery::send_raw(const std::string& bytes) {
   if (!sock_) return false;
   try {
     auto r = sock_->send(zmq::buffer(bytes), zmq::send_flags::dontwait);
-    if (!r) return false;  // high-water mark: try again on a later service()
+    if (!r) {  // high-water mark, or no connection left to send on: try again on a later service()
+      if (send_refused_since_ns_ == 0) send_refused_since_ns_ = mono_now_ns();
+      return false;
+    }
   } catch (const zmq::error_t& e) {
     log_warn(std::string("delivery: send failed: ") + e.what());
     return false;
   }
   last_send_ns_ = mono_now_ns();
+  send_refused_since_ns_ = 0;
   return true;
 }
 
@@ -297,6 +302,17 @@ void Delivery::service(uint64_t now) {
     return;
   }
   if (state_ != State::kReady) return;
+  // A DEALER can be left with no connection to send on: libzmq ends a connecting session on a protocol error
+  // (session_base.cpp engine_error) instead of reconnecting, and every send then returns EAGAIN. With
+  // nothing in flight no ACK timeout can fire, so the agent waited forever: AuthTest's agent whose key was
+  // cut for flooding made 21,409 refused heartbeat sends and shipped no batch in 120 s (under ASan, 1 run
+  // in 3 at load 6). Refused sends for as long as an ACK may take mean the same as a missing ACK.
+  if (send_refused_since_ns_ != 0 && now > send_refused_since_ns_ &&
+      now - send_refused_since_ns_ > opts_.ack_timeout_ns) {
+    reconnect(now, "ZeroMQ refused every send for " + std::to_string(opts_.ack_timeout_ns / 1'000'000) +
+                       " ms (no usable connection: refused by the aggregator, or its queue stayed full)");
+    return;
+  }
   for (const auto& [k, sent] : inflight_) {
     if (now - sent > opts_.ack_timeout_ns) {
       reconnect(now, "no ACK for batch seq " + std::to_string(k.seq) + " within " +
@@ -306,8 +322,7 @@ void Delivery::service(uint64_t now) {
   }
   fill_window(now);
   if (now - last_send_ns_ > opts_.heartbeat_ns && inflight_.empty()) {
-    ++stats_.heartbeats;
-    send_raw(wire::encode(heartbeat_fn_()));
+    if (send_raw(wire::encode(heartbeat_fn_()))) ++stats_.heartbeats;  // sent ones only: refused ones retry
   }
 }
 

@@ -126,6 +126,7 @@ class Delivery {
   uint64_t hello_sent_mono_ = 0;
   uint64_t hello_sent_real_ = 0;
   uint64_t last_send_ns_ = 0;
+  uint64_t send_refused_since_ns_ = 0;  // the first of the sends refused in a row (0: the last one went out)
 
   std::map<BatchKey, MemEntry> mem_;
   uint64_t mem_bytes_ = 0;

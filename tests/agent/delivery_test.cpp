@@ -3,7 +3,16 @@
 // show: forgetting the node, going silent, going away and coming back on the same port.
 #include "delivery.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <set>
 #include <thread>
@@ -248,4 +257,93 @@ TEST(Delivery, RejectedHelloIsRetriedWithBackoffKeepingTheData) {
   f.agg.reject_hello = false;  // e.g. the aggregator was upgraded
   ASSERT_TRUE(f.run_until([&] { return f.d->idle(); }));
   EXPECT_EQ(f.agg.stored.size(), 3u);
+}
+
+namespace {
+// A TCP listener on `port` that answers every connection with a ZMTP 3.0 greeting naming a mechanism no
+// ZeroMQ peer speaks: the connecting side's handshake fails with a protocol error. That is what an agent
+// meets when the aggregator's authentication refuses its key (cut for flooding, or not yet in a reloaded
+// allowlist) and what a wrong service on the port looks like.
+class HandshakeBreaker {
+ public:
+  explicit HandshakeBreaker(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    // ZeroMQ closes the listener it had on this port in its I/O thread, a moment after zmq_close.
+    for (int i = 0; i < 200 && !ok_; ++i) {
+      ok_ = ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+      if (!ok_) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ok_ = ok_ && ::listen(fd_, 16) == 0;
+    if (ok_) thread_ = std::thread([this] { serve(); });
+  }
+  ~HandshakeBreaker() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    if (thread_.joinable()) thread_.join();
+    ::close(fd_);
+  }
+  bool ok() const { return ok_; }
+  int accepted() const { return accepted_; }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      ++accepted_;
+      std::array<uint8_t, 64> g{};  // signature, version 3.0, mechanism "BOGUS", as-server 0, filler
+      g[0] = 0xff;
+      g[9] = 0x7f;
+      g[10] = 3;
+      std::memcpy(g.data() + 12, "BOGUS", 5);
+      (void)::send(c, g.data(), g.size(), MSG_NOSIGNAL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the peer read it before the close
+      ::close(c);
+    }
+  }
+  int fd_ = -1;
+  bool ok_ = false;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> accepted_{0};
+  std::thread thread_;
+};
+}  // namespace
+
+// A broken handshake on the aggregator's port while the agent counts itself ready (a wrong service there,
+// or authentication refusing it), then the aggregator back: the agent opens a new connection and delivers
+// everything. This path recovered before the refused-sends rule too (libzmq kept this DEALER's pipe); the
+// state that rule exists for (no pipe left, every send refused) was seen only in AuthTest's cut under ASan.
+TEST(Delivery, BrokenHandshakeWhileReadyThenAggregatorBackGetsEverything) {
+  Fixture f(fast());
+  for (uint64_t i = 0; i < 5; ++i) f.submit(i);
+  ASSERT_TRUE(f.run_until([&] { return f.d->idle(); }));
+  const std::string ep = f.agg.endpoint();
+  const int port = std::stoi(ep.substr(ep.rfind(':') + 1));
+  f.agg.close();
+  auto breaker = std::make_unique<HandshakeBreaker>(port);
+  ASSERT_TRUE(breaker->ok());
+  // The agent is not serviced meanwhile: its DEALER reconnects on its own and meets the broken handshake
+  // while the agent still counts itself ready.
+  for (int i = 0; i < 200 && breaker->accepted() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_GT(breaker->accepted(), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(f.d->ready());
+  for (uint64_t i = 5; i < 10; ++i) f.submit(i);
+  const uint64_t reconnects = f.d->stats().reconnects;
+  EXPECT_TRUE(f.run_until([&] { return f.d->stats().reconnects > reconnects; }, 3000))
+      << "the agent never left the connection whose handshake failed";
+  breaker.reset();
+  f.agg.bind(ep);
+  ASSERT_TRUE(f.run_until([&] { return f.d->idle(); }));
+  EXPECT_EQ(f.agg.stored.size(), 10u);
+  EXPECT_EQ(f.agg.records, 100u);
 }

@@ -381,3 +381,66 @@ TEST_F(AuthTest, FloodingKeyIsCutAndItsAgentComesBackWithEverything) {
   EXPECT_EQ(st["auth"].value("denied_connections", uint64_t{1}), 0u) << "a cut key is not an unknown one";
 }
 }  // namespace
+
+namespace {
+// An agent refused by authentication after it was delivering (its key dropped from the allowlist; the same
+// happens while a flooding key is cut) comes back with everything once its key is allowed again, each batch
+// stored once.
+TEST_F(AuthTest, AgentRefusedAfterItWasDeliveringComesBackWhenAllowedAgain) {
+  const std::string listen = proc_->listen(), query = proc_->query();
+  const int listen_port = std::stoi(listen.substr(listen.rfind(':') + 1));
+  const int query_port = std::stoi(query.substr(query.rfind(':') + 1));
+  auto restart = [&](const std::string& agents) {
+    proc_.reset();
+    proc_ = std::make_unique<AggregatorProcess>(
+        NETPRISM_AGGREGATOR_BIN, dir_ + "/data", listen_port, query_port,
+        std::vector<std::string>{"--server-key", dir_ + "/server.key", "--agents", agents, "--clients",
+                                 dir_ + "/clients"});
+    proc_->set_client(client("admin"));
+    return proc_->wait_ready(ctx_);
+  };
+  agent::Spool spool(dir_ + "/spool_refused", 16 << 20);
+  std::string err;
+  ASSERT_TRUE(spool.open(err)) << err;
+  agent::DeliveryOptions o;
+  o.endpoint = listen;
+  o.curve = client("agent_a");
+  o.ack_timeout_ns = 2'000'000'000;
+  o.backoff_min_ns = 20'000'000;
+  o.backoff_max_ns = 200'000'000;
+  agent::Delivery d(ctx_, o, spool, hello_of("node-a", 5), heartbeat_of("node-a", 5));
+  auto submit = [&](uint64_t from, uint64_t to) {
+    for (uint64_t seq = from; seq < to; ++seq)
+      d.submit({5, seq}, wire::encode(one_batch("node-a", 5, seq)), 1);
+  };
+  auto serve = [&](auto done) {
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < end && !done()) {
+      d.service(agent::mono_now_ns());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  };
+  submit(0, 3);
+  serve([&] { return d.idle(); });
+  ASSERT_EQ(d.stats().acked_batches, 3u);
+
+  // The key leaves the allowlist. The agent is not serviced meanwhile: its DEALER reconnects by itself
+  // and is refused, so the agent is still "ready" when its socket can no longer send.
+  std::ofstream(dir_ + "/agents_without_a") << "node-b " << pub("stranger") << "\n";
+  ASSERT_TRUE(restart(dir_ + "/agents_without_a"));
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < until && status()["auth"].value("denied_connections", 0) == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_GT(status()["auth"].value("denied_connections", 0), 0) << "the agent's reconnection was not refused";
+  submit(3, 6);
+  const uint64_t reconnects = d.stats().reconnects;
+  serve([&] { return d.stats().reconnects > reconnects; });
+  EXPECT_GT(d.stats().reconnects, reconnects) << "the refused agent never tried a new connection";
+
+  ASSERT_TRUE(restart(dir_ + "/agents"));
+  serve([&] { return d.idle(); });
+  EXPECT_EQ(d.stats().acked_batches, 6u);
+  EXPECT_EQ(d.stats().rejected_batches, 0u);
+  EXPECT_EQ(stored_for("node-a"), 6u) << "a batch was lost or stored twice";
+}
+}  // namespace
