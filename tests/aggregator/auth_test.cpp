@@ -372,7 +372,9 @@ TEST_F(AuthTest, FloodingKeyIsCutAndItsAgentComesBackWithEverything) {
   flooder.reset();
 
   serve([&] { return d.idle(); });
-  EXPECT_EQ(d.stats().acked_batches, 20u);
+  const auto s = d.stats();
+  EXPECT_EQ(s.acked_batches, 20u) << "shipped " << s.shipped_batches << ", resent " << s.resent_batches
+                                  << ", reconnects " << s.reconnects << ", heartbeats sent " << s.heartbeats;
   EXPECT_EQ(d.stats().rejected_batches, 0u);
   EXPECT_EQ(stored_for("node-a"), 20u) << "a batch was lost or stored twice";
   st = status();
