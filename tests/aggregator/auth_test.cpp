@@ -356,10 +356,14 @@ TEST_F(AuthTest, FloodingKeyIsCutAndItsAgentComesBackWithEverything) {
     big.flowlets.back().key.sport = static_cast<uint16_t>(big.flowlets.size());
   }
   auto flooder = std::make_unique<TestSender>(ctx_, proc_->listen(), client("agent_a"));
+  // Not blocking: the flooder may be cut while it sends (a blocking send hung this test 1 run in 12 under
+  // ASan).
+  uint64_t queued = 0;
   for (uint64_t seq = 0; seq < 40; ++seq) {
     big.seq = seq;
-    flooder->send_raw(wire::encode(big));
+    queued += flooder->send_raw_nowait(wire::encode(big));
   }
+  ASSERT_GE(queued, 6u) << "too few flood messages queued to exceed peer_cut_bytes (262144)";
   json st = status();
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < end && st["ingest"].value("cut", uint64_t{0}) == 0) {
