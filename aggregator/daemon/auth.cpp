@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 
@@ -96,6 +97,20 @@ std::size_t Auth::clients() const {
   return clients_.size();
 }
 
+void Auth::cut(const std::string& node, std::chrono::seconds cooldown) {
+  std::lock_guard lk(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  std::erase_if(cut_until_, [&](const auto& kv) { return kv.second <= now; });
+  cut_until_[node] = now + cooldown;
+}
+
+std::size_t Auth::cut_active() const {
+  std::lock_guard lk(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  return static_cast<std::size_t>(
+      std::count_if(cut_until_.begin(), cut_until_.end(), [&](const auto& kv) { return kv.second > now; }));
+}
+
 bool collector_node(const std::string& node) {
   return node.rfind("ipfix:", 0) == 0 || node.rfind("sflow:", 0) == 0;
 }
@@ -116,6 +131,13 @@ std::string Auth::decide(const std::string& domain, const std::string& key_z85, 
   auto it = list.find(key_z85);
   if (it == list.end())
     return "key not in the " + std::string(domain == kIngestDomain ? "agents" : "clients") + " allowlist";
+  if (domain == kIngestDomain)
+    if (auto c = cut_until_.find(it->second); c != cut_until_.end()) {
+      const auto left = c->second - std::chrono::steady_clock::now();
+      if (left > std::chrono::seconds(0))
+        return "cut for flooding (deferred data beyond peer_cut_bytes), " +
+               std::to_string(std::chrono::ceil<std::chrono::seconds>(left).count()) + " s left";
+    }
   user = it->second;
   return "";
 }
@@ -149,7 +171,7 @@ void Auth::run() {
         code = "200";
         text = "OK";
       } else {
-        denied_++;
+        (text.rfind("cut for", 0) == 0 ? cut_refused_ : denied_)++;
         deny_log.log("refused a " + domain + " connection from " + address + " (key " + z85 + "): " + text);
       }
     }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -53,6 +54,12 @@ class Auth {
   std::size_t agents() const;
   std::size_t clients() const;
   uint64_t denied() const { return denied_; }
+  // Refuses new ingest connections of the key(s) bound to `node` for `cooldown` (a flooder cut at the
+  // transport: peer_cut.hpp). Refusals are counted apart from unknown keys; the key is admitted again
+  // afterwards.
+  void cut(const std::string& node, std::chrono::seconds cooldown);
+  uint64_t cut_refused() const { return cut_refused_; }
+  std::size_t cut_active() const;  // nodes refused right now
   // The client side the aggregator's own collectors connect to ingest with (plain when insecure).
   keys::ClientCurve collector_curve() const;
 
@@ -66,7 +73,9 @@ class Auth {
   keys::KeyPair collectors_;  // made in memory at start (collector_curve())
   mutable std::mutex mu_;
   std::map<std::string, std::string> agents_, clients_;  // public key (Z85) -> node / role
-  std::atomic<uint64_t> denied_{0};
+  // node -> refused until (cut for flooding)
+  std::map<std::string, std::chrono::steady_clock::time_point> cut_until_;
+  std::atomic<uint64_t> denied_{0}, cut_refused_{0};
   std::atomic<bool> stop_{false};
   std::unique_ptr<zmq::socket_t> zap_;
   std::thread thread_;

@@ -56,27 +56,16 @@ constexpr int64_t kPeerQueueBytes = 32 << 20;
 constexpr std::size_t kBucketsSweepAbove = 4096;
 }  // namespace
 
-struct Ingest::Frame {
-  zmq::message_t identity;
-  zmq::message_t payload;  // released once decoded (size() kept in payload_bytes)
-  std::size_t payload_bytes = 0;
-  std::size_t parts = 0;  // payload frames received (more than one is malformed; extras are discarded)
-  std::string peer;       // the node the sender's key is bound to (ZAP User-Id; "" on plain TCP)
-  // Filled in parallel before the ordered, transactional part:
-  wire::DecodeResult decoded;
-  std::string compressed;  // the batch as stored (zstd of its column encoding), exactly sized
-  store::BatchSpan span;   // of the batch
-  bool compress_failed = false;
-  std::string_view bytes() const { return {static_cast<const char*>(payload.data()), payload.size()}; }
-};
-
-Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live, const Auth* auth)
+Ingest::Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live, Auth* auth)
     : s_(s),
       reg_(reg),
       live_(live),
       store_(s.data_dir, store::Db::Mode::kReadWrite, static_cast<int>(s.zstd_level)),
       checkpointer_(store_.db(), store::Store::resolve(s.data_dir)),
       router_(ctx, zmq::socket_type::router),
+      auth_(auth),
+      cut_(PeerCutPolicy{.conn_bytes = static_cast<uint64_t>(s.peer_cut_bytes),
+                         .cooldown = std::chrono::seconds(s.peer_cut_s)}),
       ring_(kGroupMessages) {
   limits_.max_message_bytes = static_cast<std::size_t>(s.max_message_bytes);
   // Batch bytes go to segment files (store/segment_log.hpp). Retention frees space a segment at a time, so
@@ -151,6 +140,8 @@ void Ingest::run(std::stop_token stop) {
       wake_.clear();
       send_acks();
     }
+    // What the committer has processed -- every ACK just sent included -- no longer counts as unanswered.
+    cut_.answered_upto(processed());
     // Everything queued now (within the bounds), handed to the pool in one go: one wake-up per burst
     // rather than per message (context switches are a visible cost on a busy machine).
     const std::size_t n = room ? receive(r) : 0;
@@ -184,17 +175,26 @@ std::size_t Ingest::receive(Room& r) {
       zmq::message_t part;
       (void)router_.recv(part, zmq::recv_flags::none);
       if (++f.parts == 1) {
-        if (authenticated_) f.peer = peer_user(part);
+        if (authenticated_) {
+          f.peer = peer_user(part);
+          // Deprecated in libzmq but kept (Debian 12's 4.3.4 fills it from every message's metadata); should
+          // a libzmq return -1, a cut key is still refused from its next connection, just not shut at once.
+          f.fd = zmq_msg_get(part.handle(), ZMQ_SRCFD);
+        }
         f.payload = std::move(part);
       }
     }
     f.payload_bytes = f.payload.size();
+    note_connection(f);
     // dropped here, before any decode; the sender still has it and resends
     const bool large = f.payload_bytes > kLargeMessage;
-    if (!(large ? r.large_pending + r.taken_large == 0 : r.taken + f.payload_bytes <= r.bytes) || !admit(f)) {
+    const bool fits = (large ? r.large_pending + r.taken_large == 0 : r.taken + f.payload_bytes <= r.bytes);
+    bool cut = false;  // its sender is cut now (peer_cut.hpp): deferred, whatever the room
+    if (!fits || !admit(f) || (cut = !admitting(f, received_ + n))) {
       auto& d = deferred[f.peer];
       d.first++;
       d.second += f.payload_bytes;
+      if (!cut) note_deferred(f);
       continue;
     }
     (large ? r.taken_large : r.taken) += f.payload_bytes;
@@ -230,6 +230,11 @@ bool Ingest::admit(const Frame& f) {
   if (b.tokens < need) return false;
   b.tokens -= need;
   return true;
+}
+
+uint64_t Ingest::processed() {
+  std::lock_guard lk(mu_);
+  return received_ - pending_messages_;
 }
 
 void Ingest::send_acks() {

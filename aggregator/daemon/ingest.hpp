@@ -22,6 +22,7 @@
 #include "event_fd.hpp"
 #include "live_analysis.hpp"
 #include "netprism/wire.hpp"
+#include "peer_cut.hpp"
 #include "registry.hpp"
 #include "settings.hpp"
 #include "checkpointer.hpp"
@@ -34,13 +35,25 @@ class Ingest {
  public:
   // Binds the listen endpoint (throws zmq::error_t when it cannot). With `auth` enabled the socket is a
   // CURVE server and every message must name the node its key is bound to.
-  Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live,
-         const Auth* auth = nullptr);
+  Ingest(zmq::context_t& ctx, const Settings& s, Registry& reg, LiveAnalysis& live, Auth* auth = nullptr);
   ~Ingest();  // stops the committer if run() did not
   void run(std::stop_token stop);
 
  private:
-  struct Frame;
+  struct Frame {
+    zmq::message_t identity;
+    zmq::message_t payload;  // released once decoded (size() kept in payload_bytes)
+    std::size_t payload_bytes = 0;
+    std::size_t parts = 0;  // payload frames received (more than one is malformed; extras are discarded)
+    std::string peer;       // the node the sender's key is bound to (ZAP User-Id; "" on plain TCP)
+    int fd = -1;            // its connection's socket (ZMQ_SRCFD), to shut it if its key is cut
+    // Filled in parallel before the ordered, transactional part:
+    wire::DecodeResult decoded;
+    std::string compressed;  // the batch as stored (zstd of its column encoding), exactly sized
+    store::BatchSpan span;   // of the batch
+    bool compress_failed = false;
+    std::string_view bytes() const { return {static_cast<const char*>(payload.data()), payload.size()}; }
+  };
   struct Reply {  // an ACK for the ingest thread to encode and send
     zmq::message_t identity;
     Ack ack;
@@ -53,7 +66,12 @@ class Ingest {
   };
   // Receives what is queued and fits into the ring (the rest deferred); the number of messages taken.
   std::size_t receive(Room& r);
-  bool admit(const Frame& f);                              // within its sender's byte budget?
+  bool admit(const Frame& f);                    // within its sender's byte budget?
+  bool cuttable(const Frame& f) const;           // a keyed agent's (peer_cut.hpp)
+  void note_connection(const Frame& f);          // every message: its connection, for a cut
+  void note_deferred(const Frame& f);            // and cuts its key if it floods
+  bool admitting(const Frame& f, uint64_t seq);  // false: cut now, defer it
+  void cut_peer(const std::string& peer, std::chrono::seconds cooldown);
   void prepare(Frame& f);                                  // decode + encode + compress, on the pool
   std::vector<Reply> process(std::vector<Frame>& frames);  // committer: store, commit; the ACKs to send
   // process(), step by step: one transaction for the group (false: nothing stored), each message's part
@@ -70,6 +88,7 @@ class Ingest {
   void count_group(std::size_t messages, const Group& g, bool committed);
   void commit_loop();
   void send_acks();
+  uint64_t processed();  // messages the committer is done with (answered, or nothing to answer)
   void retention_loop(std::stop_token stop);  // its own thread and connection (ACKs never wait for it)
   void retention(store::Store& st);
 
@@ -91,6 +110,8 @@ class Ingest {
   };
   std::unordered_map<std::string, Bucket> buckets_;
   double bucket_rate_ = 0, bucket_size_ = 0;  // bytes/s, bytes
+  Auth* auth_ = nullptr;                      // refuses cut keys (with CURVE)
+  PeerCut cut_;                               // who floods (ingest thread only)
 
   // Messages from receipt until their commit: message number n (counted from 0 in arrival order) lives in
   // ring_[n % ring_.size()] while the pool prepares it, until the committer moves it out. The ring has a

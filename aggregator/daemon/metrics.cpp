@@ -62,6 +62,8 @@ void ingest_metrics(Builder& b, const json& st) {
       {"deferred", "messages over their sender's byte budget: not decoded, not acknowledged (resent)"},
       {"deferred_bytes", "bytes of messages over their sender's byte budget"},
       {"nodes_refused", "HELLOs of new nodes refused at the registered-node cap (max_nodes)"},
+      {"cut", "keys cut at the transport for flooding (deferred data beyond peer_cut_bytes)"},
+      {"cut_connections", "live connections shut when their key was cut"},
       {"retention_deleted_batches", "batches deleted by retention"}};
   for (const auto& [key, help] : totals) {
     std::string name = key == std::string("batches_stored")   ? "batches"
@@ -74,6 +76,13 @@ void ingest_metrics(Builder& b, const json& st) {
   const json reasons = in.value("rejected_by_reason", json::object());  // items() needs a live object
   for (const auto& [reason, n] : reasons.items())
     rejected.Add({{"reason", reason}}).Increment(n.is_number() ? n.get<double>() : 0.0);
+  if (const json au = st.value("auth", json::object()); !au.empty()) {  // with CURVE only
+    b.total("netprism_auth_denied_total", "connections refused: key not in the allowlist",
+            num(au, "denied_connections"));
+    b.total("netprism_auth_cut_refused_total", "connections refused: their key is cut for flooding",
+            num(au, "cut_refused_connections"));
+    b.set("netprism_auth_cut_active", "keys refused right now for flooding", num(au, "cut_active"));
+  }
   b.total("netprism_ingest_commits_total", "successful store commits", num(in, "commits"));
   b.total("netprism_ingest_commit_seconds_total", "time spent applying and committing message groups",
           num(in, "commit_seconds_sum"));

@@ -144,7 +144,9 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
     if (authenticated_)  // connections the ZAP handler refused (unknown keys), and the allowlists' sizes
       st["auth"] = {{"agent_keys", auth_->agents()},
                     {"client_keys", auth_->clients()},
-                    {"denied_connections", auth_->denied()}};
+                    {"denied_connections", auth_->denied()},
+                    {"cut_refused_connections", auth_->cut_refused()},
+                    {"cut_active", auth_->cut_active()}};
     return st;
   }
   if (cmd == "flows") {

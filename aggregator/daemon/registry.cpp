@@ -90,6 +90,15 @@ void Registry::count_deferred(const std::string& peer, uint64_t messages, uint64
   counters_.deferred_by_peer[key] += messages;
 }
 
+void Registry::count_cut(const std::string& peer, uint64_t connections_shut) {
+  std::lock_guard lk(mu_);
+  counters_.cut++;
+  counters_.cut_connections += connections_shut;
+  auto key = peer.substr(0, 80);
+  if (!counters_.cut_by_peer.count(key) && counters_.cut_by_peer.size() >= kMaxReasons) key = "other";
+  counters_.cut_by_peer[key]++;
+}
+
 bool Registry::has_node(const std::string& node) const {
   std::lock_guard lk(mu_);
   return nodes_.count(node) > 0;
@@ -140,6 +149,9 @@ nlohmann::json Registry::status(uint64_t now_ns, uint64_t connected_timeout_ns) 
                            {"deferred_bytes", c.deferred_bytes},
                            {"deferred_by_peer", c.deferred_by_peer},
                            {"nodes_refused", c.nodes_refused},
+                           {"cut", c.cut},
+                           {"cut_connections", c.cut_connections},
+                           {"cut_by_peer", c.cut_by_peer},
                            {"commit_failures", c.commit_failures},
                            {"records_stored", c.records_stored},
                            {"commits", c.commits},

@@ -68,6 +68,10 @@ struct IngestCounters {
   uint64_t deferred = 0, deferred_bytes = 0;
   std::map<std::string, uint64_t> deferred_by_peer;
   uint64_t nodes_refused = 0;  // HELLOs of new nodes beyond Settings::max_nodes
+  // Keys cut at the transport for flooding (peer_cut.hpp): cuts, live connections shut; cuts by node
+  // (bounded like the reasons).
+  uint64_t cut = 0, cut_connections = 0;
+  std::map<std::string, uint64_t> cut_by_peer;
 };
 
 class Registry {
@@ -83,6 +87,7 @@ class Registry {
                   uint64_t add_records);
   void count_reject(const std::string& reason);
   void count_deferred(const std::string& peer, uint64_t messages, uint64_t bytes);
+  void count_cut(const std::string& peer, uint64_t connections_shut);
   bool has_node(const std::string& node) const;
   std::size_t node_count() const;
   // One commit's outcome; now_ns: when the group's processing began (its latency is measured from there).

@@ -41,6 +41,10 @@ bool values_ok(const Settings& s) {
     std::cerr << "netprism-aggregator: --max-message-bytes must be 1024..1073741824\n";
     return false;
   }
+  if (s.peer_cut_s < 1 || s.peer_cut_s > 3600) {
+    std::cerr << "netprism-aggregator: --peer-cut-s must be 1..3600\n";
+    return false;
+  }
   return true;
 }
 
@@ -172,6 +176,8 @@ std::optional<int> parse_settings(int argc, char** argv, Settings& s) {
       {"--zstd-level", &s.zstd_level, "compression level of stored batches"},
       {"--max-message-bytes", &s.max_message_bytes, "largest agent message accepted"},
       {"--peer-bytes-per-s", &s.peer_bytes_per_s, "ingest byte budget of each sender (0: none)"},
+      {"--peer-cut-bytes", &s.peer_cut_bytes, "cut a key with this much unanswered on a connection"},
+      {"--peer-cut-s", &s.peer_cut_s, "first cool-down of a cut key, in s (doubles for each further cut)"},
       {"--max-nodes", &s.max_nodes, "most registered nodes; HELLOs beyond are refused (0: no bound)"},
       {"--ingest-threads", &s.ingest_threads,
        "threads decoding/compressing batches (0: one per core, max 4)"},

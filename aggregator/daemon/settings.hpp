@@ -52,6 +52,13 @@ struct Settings {
   // budget ships (200k records/s x ~80 B); so one peer's flood takes at most that share of the pipeline.
   // 0: no budget.
   int64_t peer_bytes_per_s = 32LL << 20;
+  // Cutting a flooding key at the transport (peer_cut.hpp; with CURVE only): a connection whose deferred
+  // messages exceed peer_cut_bytes (or a key 4x that within two 5 s periods) has its key refused by the ZAP
+  // handler for peer_cut_s (doubling for each further cut, up to an hour) and its connections shut. 16 MiB
+  // is above the most a conforming agent leaves unacknowledged on a connection (its window of 16 batches x
+  // 4,096 flowlets x 195 B = 12.8 MB); raise it with delivery.window x batching.max_records. 0: never cut.
+  int64_t peer_cut_bytes = 16LL << 20;
+  int64_t peer_cut_s = 60;
   // Registered nodes at most (HELLOs of new nodes beyond it are refused, counted: ingest.nodes_refused);
   // 0: no bound. 10,000 is ten times the largest cluster the load tests model.
   int64_t max_nodes = 10000;

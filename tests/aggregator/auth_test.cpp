@@ -245,7 +245,7 @@ TEST_F(AuthTest, AgentOverItsByteBudgetResendsUntilStored) {
         NETPRISM_AGGREGATOR_BIN, dir_ + "/data", listen_port, query_port,
         std::vector<std::string>{"--server-key", dir_ + "/server.key", "--agents", dir_ + "/agents",
                                  "--clients", dir_ + "/clients", "--max-message-bytes", "65536",
-                                 "--peer-bytes-per-s", bytes_per_s});
+                                 "--peer-bytes-per-s", bytes_per_s, "--peer-cut-bytes", "262144"});
     proc_->set_client(client("admin"));
     return proc_->wait_ready(ctx_);
   };
@@ -291,12 +291,100 @@ TEST_F(AuthTest, AgentOverItsByteBudgetResendsUntilStored) {
   EXPECT_GT(st["ingest"].value("deferred", uint64_t{0}), 0u) << st.dump();
   EXPECT_GT(st["ingest"]["deferred_by_peer"].value("node-a", 0), 0);
 
+  // The agent had batches deferred on each connection before resending on the next one: a conforming agent
+  // (its window x batch, ~200 KB here, under the 256 KiB cut bound) is never cut (daemon/peer_cut.hpp).
+  EXPECT_EQ(st["ingest"].value("cut", uint64_t{1}), 0u) << st.dump();
+
   ASSERT_TRUE(restart("0"));
   serve([&] { return d.idle(); });
   auto stats = d.stats();
   EXPECT_EQ(stats.acked_batches, kBatches);
   EXPECT_EQ(stats.rejected_batches, 0u);
   EXPECT_EQ(stored_for("node-a"), kBatches) << "a deferred batch was lost or stored twice";
+}
+
+// A key that keeps sending without waiting for answers is cut at the transport (issue 18,
+// daemon/peer_cut.hpp): a flooder using agent_a's key sends ~50 KB batches without reading answers until
+// more than --peer-cut-bytes (256 KiB) of them are unanswered; the key is refused for --peer-cut-s (2 s) and
+// its live connections are shut, the agent's of the same key included. After the cool-down the agent (its
+// batches kept until acknowledged) delivers every batch, each stored once, and is not cut again.
+TEST_F(AuthTest, FloodingKeyIsCutAndItsAgentComesBackWithEverything) {
+  proc_ = std::make_unique<AggregatorProcess>(
+      NETPRISM_AGGREGATOR_BIN, dir_ + "/data_cut", free_port(), free_port(),
+      std::vector<std::string>{"--server-key", dir_ + "/server.key", "--agents", dir_ + "/agents",
+                               "--clients", dir_ + "/clients", "--max-message-bytes", "65536",
+                               "--peer-bytes-per-s", "1048576", "--peer-cut-bytes", "262144", "--peer-cut-s",
+                               "2"});
+  proc_->set_client(client("admin"));
+  ASSERT_TRUE(proc_->wait_ready(ctx_));
+  agent::Spool spool(dir_ + "/spool_cut", 16 << 20);
+  std::string err;
+  ASSERT_TRUE(spool.open(err)) << err;
+  agent::DeliveryOptions o;
+  o.endpoint = proc_->listen();
+  o.curve = client("agent_a");
+  o.ack_timeout_ns = 3'000'000'000;
+  o.backoff_min_ns = 20'000'000;
+  o.backoff_max_ns = 200'000'000;
+  agent::Delivery d(ctx_, o, spool, hello_of("node-a", 7), heartbeat_of("node-a", 7));
+  auto submit = [&](uint64_t from, uint64_t to) {
+    for (uint64_t seq = from; seq < to; ++seq) {
+      Batch b = one_batch("node-a", 7, seq);
+      for (int i = 1; i < 100; ++i) {
+        b.flowlets.push_back(b.flowlets[0]);
+        b.flowlets.back().key.sport = static_cast<uint16_t>(b.flowlets.back().key.sport + i);
+      }
+      d.submit({7, seq}, wire::encode(b), 100);
+    }
+  };
+  auto serve = [&](auto done) {
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < end && !done()) {
+      d.service(agent::mono_now_ns());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  };
+  submit(0, 5);
+  serve([&] { return d.idle(); });  // connected and heard from: its connection is one of the key's
+  ASSERT_EQ(d.stats().acked_batches, 5u);
+  submit(5, 20);  // kept by the agent while the key is cut
+
+  // The flood: ~50 KB batches of an epoch never introduced (answered "unknown node", nothing stored).
+  Batch big = one_batch("node-a", 99, 0);
+  while (wire::encode(big).size() < 50000) {
+    big.flowlets.push_back(big.flowlets[0]);
+    big.flowlets.back().key.sport = static_cast<uint16_t>(big.flowlets.size());
+  }
+  auto flooder = std::make_unique<TestSender>(ctx_, proc_->listen(), client("agent_a"));
+  // Not blocking: the flooder may be cut while it sends (a blocking send hung this test 1 run in 12 under
+  // ASan).
+  uint64_t queued = 0;
+  for (uint64_t seq = 0; seq < 40; ++seq) {
+    big.seq = seq;
+    queued += flooder->send_raw_nowait(wire::encode(big));
+  }
+  ASSERT_GE(queued, 6u) << "too few flood messages queued to exceed peer_cut_bytes (262144)";
+  json st = status();
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < end && st["ingest"].value("cut", uint64_t{0}) == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    st = status();
+  }
+  ASSERT_EQ(st["ingest"].value("cut", uint64_t{0}), 1u) << st.dump();
+  EXPECT_EQ(st["ingest"]["cut_by_peer"].value("node-a", 0), 1);
+  EXPECT_GE(st["ingest"].value("cut_connections", uint64_t{0}), 2u) << "the flooder's and the agent's";
+  flooder.reset();
+
+  serve([&] { return d.idle(); });
+  const auto s = d.stats();
+  EXPECT_EQ(s.acked_batches, 20u) << "shipped " << s.shipped_batches << ", resent " << s.resent_batches
+                                  << ", reconnects " << s.reconnects << ", heartbeats sent " << s.heartbeats;
+  EXPECT_EQ(d.stats().rejected_batches, 0u);
+  EXPECT_EQ(stored_for("node-a"), 20u) << "a batch was lost or stored twice";
+  st = status();
+  EXPECT_EQ(st["ingest"].value("cut", uint64_t{0}), 1u) << "the agent was cut again: " << st.dump();
+  EXPECT_GE(st["auth"].value("cut_refused_connections", uint64_t{0}), 1u) << st.dump();
+  EXPECT_EQ(st["auth"].value("denied_connections", uint64_t{1}), 0u) << "a cut key is not an unknown one";
 }
 }  // namespace
 

@@ -104,6 +104,11 @@ class TestSender {
     s_.connect(endpoint);
   }
   void send_raw(std::string_view bytes) { (void)s_.send(zmq::buffer(bytes), zmq::send_flags::none); }
+  // For a sender the daemon may refuse mid-way (a cut flooder): libzmq can end its session after a failed
+  // handshake, and a blocking send without a connection would then wait forever. False if not queued.
+  bool send_raw_nowait(std::string_view bytes) {
+    return s_.send(zmq::buffer(bytes), zmq::send_flags::dontwait).has_value();
+  }
   void send_parts(const std::vector<std::string>& parts) {
     for (std::size_t i = 0; i < parts.size(); ++i)
       (void)s_.send(zmq::buffer(parts[i]),
