@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 
 #include "clock.hpp"
 #include "delivery.hpp"
@@ -54,10 +55,8 @@ class AuthTest : public ::testing::Test {
     std::ofstream(dir_ + "/agents") << "# node key\nnode-a " << pub("agent_a")
                                     << "  # bound to node-a only\n";
     std::ofstream(dir_ + "/clients") << "admin " << pub("admin") << "\nread " << pub("reader") << "\n";
-    proc_ = std::make_unique<AggregatorProcess>(
-        NETPRISM_AGGREGATOR_BIN, dir_ + "/data", free_port(), free_port(),
-        std::vector<std::string>{"--server-key", dir_ + "/server.key", "--agents", dir_ + "/agents",
-                                 "--clients", dir_ + "/clients"});
+    proc_ = std::make_unique<AggregatorProcess>(NETPRISM_AGGREGATOR_BIN, dir_ + "/data", free_port(),
+                                                free_port(), key_args());
     proc_->set_client(client("admin"));
     ASSERT_TRUE(proc_->wait_ready(ctx_)) << "aggregator did not come up";
   }
@@ -87,6 +86,42 @@ class AuthTest : public ::testing::Test {
     if (r)
       for (const auto& b : (*r)["result"]["batches"]) n += b["node"] == node;
     return n;
+  }
+
+  // The daemon's key flags, with the agents allowlist `agents` (default: node-a's key).
+  std::vector<std::string> key_args(const std::string& agents = "") {
+    return {"--server-key", dir_ + "/server.key", "--agents", agents.empty() ? dir_ + "/agents" : agents,
+            "--clients",    dir_ + "/clients"};
+  }
+  // Restarts the daemon on the same ports and data directory with `args`.
+  bool restart_on_same_ports(std::vector<std::string> args) {
+    auto port = [](const std::string& ep) { return std::stoi(ep.substr(ep.rfind(':') + 1)); };
+    const int listen_port = port(proc_->listen()), query_port = port(proc_->query());
+    proc_.reset();
+    proc_ = std::make_unique<AggregatorProcess>(NETPRISM_AGGREGATOR_BIN, dir_ + "/data", listen_port,
+                                                query_port, std::move(args));
+    proc_->set_client(client("admin"));
+    return proc_->wait_ready(ctx_);
+  }
+  // node-a's agent against this daemon: its key, a quick back-off, and `ack_timeout_ns` (sanitized daemons
+  // answered a HELLO in up to ~1 s).
+  agent::DeliveryOptions agent_options(uint64_t ack_timeout_ns) {
+    agent::DeliveryOptions o;
+    o.endpoint = proc_->listen();
+    o.curve = client("agent_a");
+    o.ack_timeout_ns = ack_timeout_ns;
+    o.backoff_min_ns = 20'000'000;
+    o.backoff_max_ns = 200'000'000;
+    return o;
+  }
+  // Services the agent until `done` or `limit` (far above any sanitizer slowdown).
+  static void serve(agent::Delivery& d, const std::function<bool()>& done,
+                    std::chrono::seconds limit = std::chrono::seconds(120)) {
+    auto end = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < end && !done()) {
+      d.service(agent::mono_now_ns());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
   }
 
   zmq::context_t ctx_;
@@ -236,30 +271,18 @@ namespace {
 // batches, the daemon restarts on the same ports and store without a budget, and the agent, unchanged,
 // delivers the rest: every batch stored exactly once.
 TEST_F(AuthTest, AgentOverItsByteBudgetResendsUntilStored) {
-  const std::string listen = proc_->listen(), query = proc_->query();
-  const int listen_port = std::stoi(listen.substr(listen.rfind(':') + 1));
-  const int query_port = std::stoi(query.substr(query.rfind(':') + 1));
   auto restart = [&](const char* bytes_per_s) {
-    proc_.reset();
-    proc_ = std::make_unique<AggregatorProcess>(
-        NETPRISM_AGGREGATOR_BIN, dir_ + "/data", listen_port, query_port,
-        std::vector<std::string>{"--server-key", dir_ + "/server.key", "--agents", dir_ + "/agents",
-                                 "--clients", dir_ + "/clients", "--max-message-bytes", "65536",
-                                 "--peer-bytes-per-s", bytes_per_s, "--peer-cut-bytes", "262144"});
-    proc_->set_client(client("admin"));
-    return proc_->wait_ready(ctx_);
+    auto args = key_args();
+    args.insert(args.end(), {"--max-message-bytes", "65536", "--peer-bytes-per-s", bytes_per_s,
+                             "--peer-cut-bytes", "262144"});
+    return restart_on_same_ports(std::move(args));
   };
   ASSERT_TRUE(restart("1024"));
   agent::Spool spool(dir_ + "/spool2", 16 << 20);
   std::string err;
   ASSERT_TRUE(spool.open(err)) << err;
-  agent::DeliveryOptions o;
-  o.endpoint = listen;
-  o.curve = client("agent_a");
-  o.ack_timeout_ns = 3'000'000'000;  // TSan's daemon answered a HELLO in up to ~1 s (rtt in the agent log)
-  o.backoff_min_ns = 20'000'000;
-  o.backoff_max_ns = 200'000'000;
-  agent::Delivery d(ctx_, o, spool, hello_of("node-a", 4), heartbeat_of("node-a", 4));
+  agent::Delivery d(ctx_, agent_options(3'000'000'000), spool, hello_of("node-a", 4),
+                    heartbeat_of("node-a", 4));
   constexpr uint64_t kBatches = 20;
   for (uint64_t seq = 0; seq < kBatches; ++seq) {
     Batch b = one_batch("node-a", 4, seq);
@@ -269,18 +292,10 @@ TEST_F(AuthTest, AgentOverItsByteBudgetResendsUntilStored) {
     }
     d.submit({4, seq}, wire::encode(b), 150);
   }
-  // Serves the agent until `done` or a deadline far above any sanitizer slowdown.
-  auto serve = [&](auto done) {
-    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (std::chrono::steady_clock::now() < end && !done()) {
-      d.service(agent::mono_now_ns());
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  };
   // Until the daemon has deferred a batch and the agent has resent one (status asked at most every 250 ms).
   nlohmann::json st;
   auto asked = std::chrono::steady_clock::now();
-  serve([&] {
+  serve(d, [&] {
     if (d.stats().resent_batches == 0 || std::chrono::steady_clock::now() < asked) return d.idle();
     asked = std::chrono::steady_clock::now() + std::chrono::milliseconds(250);
     st = status();
@@ -296,7 +311,7 @@ TEST_F(AuthTest, AgentOverItsByteBudgetResendsUntilStored) {
   EXPECT_EQ(st["ingest"].value("cut", uint64_t{1}), 0u) << st.dump();
 
   ASSERT_TRUE(restart("0"));
-  serve([&] { return d.idle(); });
+  serve(d, [&] { return d.idle(); });
   auto stats = d.stats();
   EXPECT_EQ(stats.acked_batches, kBatches);
   EXPECT_EQ(stats.rejected_batches, 0u);
@@ -309,24 +324,18 @@ TEST_F(AuthTest, AgentOverItsByteBudgetResendsUntilStored) {
 // its live connections are shut, the agent's of the same key included. After the cool-down the agent (its
 // batches kept until acknowledged) delivers every batch, each stored once, and is not cut again.
 TEST_F(AuthTest, FloodingKeyIsCutAndItsAgentComesBackWithEverything) {
-  proc_ = std::make_unique<AggregatorProcess>(
-      NETPRISM_AGGREGATOR_BIN, dir_ + "/data_cut", free_port(), free_port(),
-      std::vector<std::string>{"--server-key", dir_ + "/server.key", "--agents", dir_ + "/agents",
-                               "--clients", dir_ + "/clients", "--max-message-bytes", "65536",
-                               "--peer-bytes-per-s", "1048576", "--peer-cut-bytes", "262144", "--peer-cut-s",
-                               "2"});
+  auto args = key_args();
+  args.insert(args.end(), {"--max-message-bytes", "65536", "--peer-bytes-per-s", "1048576",
+                           "--peer-cut-bytes", "262144", "--peer-cut-s", "2"});
+  proc_ = std::make_unique<AggregatorProcess>(NETPRISM_AGGREGATOR_BIN, dir_ + "/data_cut", free_port(),
+                                              free_port(), std::move(args));
   proc_->set_client(client("admin"));
   ASSERT_TRUE(proc_->wait_ready(ctx_));
   agent::Spool spool(dir_ + "/spool_cut", 16 << 20);
   std::string err;
   ASSERT_TRUE(spool.open(err)) << err;
-  agent::DeliveryOptions o;
-  o.endpoint = proc_->listen();
-  o.curve = client("agent_a");
-  o.ack_timeout_ns = 3'000'000'000;
-  o.backoff_min_ns = 20'000'000;
-  o.backoff_max_ns = 200'000'000;
-  agent::Delivery d(ctx_, o, spool, hello_of("node-a", 7), heartbeat_of("node-a", 7));
+  agent::Delivery d(ctx_, agent_options(3'000'000'000), spool, hello_of("node-a", 7),
+                    heartbeat_of("node-a", 7));
   auto submit = [&](uint64_t from, uint64_t to) {
     for (uint64_t seq = from; seq < to; ++seq) {
       Batch b = one_batch("node-a", 7, seq);
@@ -337,15 +346,8 @@ TEST_F(AuthTest, FloodingKeyIsCutAndItsAgentComesBackWithEverything) {
       d.submit({7, seq}, wire::encode(b), 100);
     }
   };
-  auto serve = [&](auto done) {
-    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (std::chrono::steady_clock::now() < end && !done()) {
-      d.service(agent::mono_now_ns());
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  };
   submit(0, 5);
-  serve([&] { return d.idle(); });  // connected and heard from: its connection is one of the key's
+  serve(d, [&] { return d.idle(); });  // connected and heard from: its connection is one of the key's
   ASSERT_EQ(d.stats().acked_batches, 5u);
   submit(5, 20);  // kept by the agent while the key is cut
 
@@ -375,7 +377,7 @@ TEST_F(AuthTest, FloodingKeyIsCutAndItsAgentComesBackWithEverything) {
   EXPECT_GE(st["ingest"].value("cut_connections", uint64_t{0}), 2u) << "the flooder's and the agent's";
   flooder.reset();
 
-  serve([&] { return d.idle(); });
+  serve(d, [&] { return d.idle(); });
   const auto s = d.stats();
   EXPECT_EQ(s.acked_batches, 20u) << "shipped " << s.shipped_batches << ", resent " << s.resent_batches
                                   << ", reconnects " << s.reconnects << ", heartbeats sent " << s.heartbeats;
@@ -393,58 +395,34 @@ namespace {
 // happens while a flooding key is cut) comes back with everything once its key is allowed again, each batch
 // stored once.
 TEST_F(AuthTest, AgentRefusedAfterItWasDeliveringComesBackWhenAllowedAgain) {
-  const std::string listen = proc_->listen(), query = proc_->query();
-  const int listen_port = std::stoi(listen.substr(listen.rfind(':') + 1));
-  const int query_port = std::stoi(query.substr(query.rfind(':') + 1));
-  auto restart = [&](const std::string& agents) {
-    proc_.reset();
-    proc_ = std::make_unique<AggregatorProcess>(
-        NETPRISM_AGGREGATOR_BIN, dir_ + "/data", listen_port, query_port,
-        std::vector<std::string>{"--server-key", dir_ + "/server.key", "--agents", agents, "--clients",
-                                 dir_ + "/clients"});
-    proc_->set_client(client("admin"));
-    return proc_->wait_ready(ctx_);
-  };
   agent::Spool spool(dir_ + "/spool_refused", 16 << 20);
   std::string err;
   ASSERT_TRUE(spool.open(err)) << err;
-  agent::DeliveryOptions o;
-  o.endpoint = listen;
-  o.curve = client("agent_a");
-  o.ack_timeout_ns = 2'000'000'000;
-  o.backoff_min_ns = 20'000'000;
-  o.backoff_max_ns = 200'000'000;
-  agent::Delivery d(ctx_, o, spool, hello_of("node-a", 5), heartbeat_of("node-a", 5));
+  agent::Delivery d(ctx_, agent_options(2'000'000'000), spool, hello_of("node-a", 5),
+                    heartbeat_of("node-a", 5));
   auto submit = [&](uint64_t from, uint64_t to) {
     for (uint64_t seq = from; seq < to; ++seq)
       d.submit({5, seq}, wire::encode(one_batch("node-a", 5, seq)), 1);
   };
-  auto serve = [&](auto done) {
-    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (std::chrono::steady_clock::now() < end && !done()) {
-      d.service(agent::mono_now_ns());
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  };
   submit(0, 3);
-  serve([&] { return d.idle(); });
+  serve(d, [&] { return d.idle(); });
   ASSERT_EQ(d.stats().acked_batches, 3u);
 
   // The key leaves the allowlist. The agent is not serviced meanwhile: its DEALER reconnects by itself
   // and is refused, so the agent is still "ready" when its socket can no longer send.
   std::ofstream(dir_ + "/agents_without_a") << "node-b " << pub("stranger") << "\n";
-  ASSERT_TRUE(restart(dir_ + "/agents_without_a"));
+  ASSERT_TRUE(restart_on_same_ports(key_args(dir_ + "/agents_without_a")));
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (std::chrono::steady_clock::now() < until && status()["auth"].value("denied_connections", 0) == 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ASSERT_GT(status()["auth"].value("denied_connections", 0), 0) << "the agent's reconnection was not refused";
   submit(3, 6);
   const uint64_t reconnects = d.stats().reconnects;
-  serve([&] { return d.stats().reconnects > reconnects; });
+  serve(d, [&] { return d.stats().reconnects > reconnects; });
   EXPECT_GT(d.stats().reconnects, reconnects) << "the refused agent never tried a new connection";
 
-  ASSERT_TRUE(restart(dir_ + "/agents"));
-  serve([&] { return d.idle(); });
+  ASSERT_TRUE(restart_on_same_ports(key_args()));
+  serve(d, [&] { return d.idle(); });
   EXPECT_EQ(d.stats().acked_batches, 6u);
   EXPECT_EQ(d.stats().rejected_batches, 0u);
   EXPECT_EQ(stored_for("node-a"), 6u) << "a batch was lost or stored twice";
