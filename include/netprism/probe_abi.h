@@ -38,8 +38,7 @@
   X(FLUSH_DEFERRED, flush_deferred)                                                                          \
   /* flow entry stayed locked by another CPU beyond the spin budget: packet not tracked */                   \
   X(LOCK_TIMEOUT, lock_timeout)                                                                              \
-  /* the packets of the bursts counted in RINGBUF_FULL: a burst is lost whole, so loss is known in packets   \
-   */                                                                                                        \
+  /* the packets of the bursts counted in RINGBUF_FULL (a burst is lost whole) */                            \
   X(RINGBUF_LOST_PACKETS, ringbuf_lost_packets)
 
 #define NP_COUNTER_ENUM(id, name) NP_CNT_##id,
