@@ -104,10 +104,21 @@ DeliveryOptions fast() {
   return o;
 }
 
+// For cases that count hellos, resends or duplicates exactly, so no timeout may fire: fast() but with ACK
+// and HELLO timeouts far beyond any scheduling delay. In this single-threaded harness an ACK is read only
+// after the test aggregator's pump has worked through what was sent; under ThreadSanitizer that took over
+// 300 ms for 60 batches (2 of 6 runs on an idle 2-core machine: a reconnect and 16 resends).
+DeliveryOptions no_timeouts() {
+  DeliveryOptions o = fast();
+  o.ack_timeout_ns = 60'000'000'000;
+  o.hello_timeout_ns = 60'000'000'000;
+  return o;
+}
+
 }  // namespace
 
 TEST(Delivery, EveryBatchAckedOnceInOrder) {
-  Fixture f(fast());
+  Fixture f(no_timeouts());
   for (uint64_t i = 0; i < 60; ++i) f.submit(i);
   ASSERT_TRUE(f.run_until([&] { return f.d->idle(); }));
   EXPECT_EQ(f.agg.stored.size(), 60u);
@@ -127,7 +138,7 @@ TEST(Delivery, HeartbeatsWhenIdle) {
 }
 
 TEST(Delivery, DuplicateAckSettlesTheBatch) {
-  Fixture f(fast());
+  Fixture f(no_timeouts());
   f.agg.stored.insert({1, 3});  // the aggregator stored seq 3 earlier (its ACK was lost)
   for (uint64_t i = 0; i < 5; ++i) f.submit(i);
   ASSERT_TRUE(f.run_until([&] { return f.d->idle(); }));
@@ -137,7 +148,7 @@ TEST(Delivery, DuplicateAckSettlesTheBatch) {
 }
 
 TEST(Delivery, UnknownNodeSendsHelloAgainAndResends) {
-  Fixture f(fast());
+  Fixture f(no_timeouts());
   for (uint64_t i = 0; i < 5; ++i) f.submit(i);
   ASSERT_TRUE(f.run_until([&] { return f.d->idle(); }));
   f.agg.known.clear();  // the aggregator lost its registrations
@@ -151,7 +162,7 @@ TEST(Delivery, UnknownNodeSendsHelloAgainAndResends) {
 }
 
 TEST(Delivery, RejectedBatchIsCountedNotResent) {
-  Fixture f(fast());
+  Fixture f(no_timeouts());
   f.agg.reject_seq = 2;
   for (uint64_t i = 0; i < 4; ++i) f.submit(i, 7);
   ASSERT_TRUE(f.run_until([&] { return f.d->idle(); }));
