@@ -1,7 +1,7 @@
 // The query endpoint answers other clients while a huge query runs (issue 18): with a store of ~250k
-// distinct flows, a `flows` query without a limit (hundreds of ms to seconds of decoding and JSON) and a
-// `dump` are sent first, then `status` and `jobs` from another client; those two must be answered before
-// either store query, and the store queries must still complete.
+// distinct flows, a `flows` query without a limit (seconds of decoding and JSON) and a `dump` are sent
+// first, then `status` and `jobs` from another client; those two must be answered while the flows query
+// still runs, and the store queries must still complete.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -88,15 +88,17 @@ TEST(QueryConcurrency, StatusAndJobsAnsweredWhileAHugeQueryRuns) {
     auto jobs = light.recv(5000);
     ASSERT_TRUE(jobs && jobs->value("ok", false)) << "jobs not answered within 5 s";
     order.push_back("jobs");
-    // Whichever store query has finished by now is late in the order: none must have.
-    zmq::pollitem_t it[] = {{heavy.socket().handle(), 0, ZMQ_POLLIN, 0},
-                            {heavy2.socket().handle(), 0, ZMQ_POLLIN, 0}};
-    zmq::poll(it, 2, std::chrono::milliseconds(0));
+    // `flows` (seconds of decoding) must still be running. `dump` is not asked: one page of stored batches
+    // takes milliseconds, and the worker runs the two in whichever order the socket took them from their two
+    // clients, so when it took the dump first, the dump may be done by now (a loaded CI runner, twice).
+    // Either way the flows query runs after or instead of it, so it is still running unless the store
+    // queries held up status and jobs.
+    zmq::pollitem_t it[] = {{heavy.socket().handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(it, 1, std::chrono::milliseconds(0));
     EXPECT_FALSE(it[0].revents & ZMQ_POLLIN) << "flows finished before status and jobs were answered";
-    EXPECT_FALSE(it[1].revents & ZMQ_POLLIN) << "dump finished before status and jobs were answered";
     // Completion is a hang check, not a speed bound. Under ThreadSanitizer the unlimited `flows` outlived the
     // old 60 s bound on CI's 2-core runner (the test failed after 78 s); here, with one of 2 cores kept busy,
-    // it answered 78.8 s after the race (the Release build: about 1 s).
+    // it answered 78.8 s after the race (the Release build: 8-12 s with fuzzers running beside it).
     constexpr int kCompleteMs = 600'000;
     const auto race_end = std::chrono::steady_clock::now();
     auto flows = heavy.recv(kCompleteMs);
