@@ -26,6 +26,7 @@ Parallelism parallelism_of(const Normalized& n, const JobSlice& slice, const Str
   p.stages = names(s.stages);
   p.dp_groups = names(s.dp_groups);
   p.ep = s.ep;
+  p.coarse_edges = static_cast<int>(s.coarse_edges);
   p.tp_groups = names(s.tp_groups);
   for (const auto& g : s.tp_groups) p.tp = std::max(p.tp, static_cast<int>(g.size()));
   p.dp = 1;
@@ -92,6 +93,7 @@ Result analyze_normalized(const Normalized& n, const Fabric& fabric, bool with_c
     Timeline t = build_timeline(n, slice, s);
     j.iterations = iterations_of(n, slice, s, t);
     j.step_time_ms = t.step_ns / 1e6;
+    j.time_resolution_ms = coarse_resolution_ns(slice, s) / 1e6;
     j.state = job_state(n, slice, t.step_ns, j.iterations.size());
     j.findings = diagnose(n, slice, s, t, j.iterations, j.state, n.now_ns, j.id);
     if (!fabric.empty()) crossing.push_back({j.id, direction_states(n, slice, s, t, j.iterations.size())});

@@ -131,6 +131,10 @@ struct Parallelism {
   // nodes of each TP group and their number; empty / 0 when TP stays inside the servers (not on the network).
   std::vector<std::vector<std::string>> tp_groups;
   int tp = 0;
+  // Extra: two-way edges whose records were too coarse to order messages (flow exporters' records
+  // spanning quiet gaps): their roles came from volume, their stage order from the order of the nodes'
+  // synchronisations (parallelism.cpp). 0, and absent from the JSON, otherwise.
+  int coarse_edges = 0;
 };
 
 struct Job {
@@ -142,6 +146,10 @@ struct Job {
   std::vector<std::string> nodes;
   std::string state = "running";  // running | idle | hung | ended
   double step_time_ms = 0;
+  // Extra: when the records the timeline rests on are coarse (flow exporters' records spanning quiet gaps),
+  // their typical duration: iteration times are good to about this much, and step_time_ms is an estimate
+  // (JSON: step_time_estimated). 0, and absent from the JSON, otherwise.
+  double time_resolution_ms = 0;
   Parallelism parallelism;
   std::vector<Iteration> iterations;
   std::vector<Finding> findings;

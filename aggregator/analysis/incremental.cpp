@@ -184,7 +184,7 @@ void StreamingAnalysis::add(const Event& e, uint64_t fh) {
   os->xfers++;
   os->first_t0 = std::min(os->first_t0, e.first_ns);
   os->last_t1 = std::max(os->last_t1, t1);
-  fl.xs.push_back({e.observer, e.first_ns, t1, bytes});
+  fl.xs.push_back({e.observer, packets32(e.packets), e.first_ns, t1, bytes});
   ++total_xfers_;
   ++c.fresh;
 }

@@ -129,8 +129,11 @@ class StreamingAnalysis {
   };
   struct XRec {
     uint32_t obs;
+    uint32_t packets;  // Xfer::packets (fits the padding: still 32 bytes)
     uint64_t t0, t1, bytes;
   };
+  // Millions of these per aggregator (one per live transfer): packets must ride in obs's padding.
+  static_assert(sizeof(XRec) == 32);
   struct FlowSt {
     FlowKey key;
     uint32_t chosen;

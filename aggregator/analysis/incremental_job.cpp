@@ -258,6 +258,7 @@ Job StreamingAnalysis::analyse_job(const Normalized& n, JobSlice& sl, History& h
   bound_phases(h);
   j.iterations = h.iterations;
   j.step_time_ms = (young ? t.step_ns : step_median(h, prefix)) / 1e6;
+  j.time_resolution_ms = coarse_resolution_ns(sl, s) / 1e6;
   j.state = job_state(n, sl, t.step_ns, j.iterations.size());
   merge_findings(h, diagnose(n, sl, s, t, local, j.state, n.now_ns, id), local, young);
   if (!fabric_.empty()) note_directions(h, direction_states(n, sl, s, t, local.size()));
@@ -314,9 +315,9 @@ void StreamingAnalysis::collect_tail(const Normalized& n, JobSlice& sl, const Hi
         const XRec& x = fl.xs[i];
         if (x.t0 < h.tail_from) continue;
         if (x.obs == fl.chosen)
-          sl.xfers.push_back({src, dst, unit, x.t0, x.t1, x.bytes});
+          sl.xfers.push_back({src, dst, unit, x.packets, x.t0, x.t1, x.bytes});
         else if (x.obs == receiver)
-          sl.arrivals.push_back({src, dst, unit, x.t0, x.t1, x.bytes});
+          sl.arrivals.push_back({src, dst, unit, x.packets, x.t0, x.t1, x.bytes});
       }
     }
   }

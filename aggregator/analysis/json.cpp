@@ -11,12 +11,17 @@ nlohmann::json with_source(nlohmann::json d, const Job& j) {
 }  // namespace
 
 nlohmann::json job_summary(const Job& j) {
-  return with_source({{"id", j.id},
-                      {"nodes", j.nodes},
-                      {"state", j.state},
-                      {"iterations", j.iterations.size()},
-                      {"step_time_ms", j.step_time_ms}},
-                     j);
+  auto d = with_source({{"id", j.id},
+                        {"nodes", j.nodes},
+                        {"state", j.state},
+                        {"iterations", j.iterations.size()},
+                        {"step_time_ms", j.step_time_ms}},
+                       j);
+  if (j.time_resolution_ms > 0) {  // only for coarse records, so other outputs keep their exact form
+    d["step_time_estimated"] = true;
+    d["time_resolution_ms"] = j.time_resolution_ms;
+  }
+  return d;
 }
 
 nlohmann::json job_detail(const Job& j) {
@@ -30,6 +35,7 @@ nlohmann::json job_detail(const Job& j) {
                         {"stages", j.parallelism.stages},
                         {"tp_hint", j.parallelism.tp_hint}}}};
   if (j.parallelism.ep > 1) d["parallelism"]["ep"] = j.parallelism.ep;
+  if (j.parallelism.coarse_edges > 0) d["parallelism"]["coarse_edges"] = j.parallelism.coarse_edges;
   if (!j.parallelism.tp_groups.empty()) {  // only when seen, so other outputs stay as they were
     d["parallelism"]["tp"] = j.parallelism.tp;
     d["parallelism"]["tp_groups"] = j.parallelism.tp_groups;
@@ -74,11 +80,13 @@ Job job_from_json(const nlohmann::json& d) {
   j.state = d.value("state", "ended");
   j.source = d.value("source", "");
   j.step_time_ms = d.value("step_time_ms", 0.0);
+  j.time_resolution_ms = d.value("time_resolution_ms", 0.0);
   if (auto p = d.find("parallelism"); p != d.end() && p->is_object()) {
     j.parallelism.dp = p->value("dp", 1);
     j.parallelism.pp = p->value("pp", 1);
     j.parallelism.dp_groups = p->value("dp_groups", std::vector<std::vector<std::string>>{});
     j.parallelism.stages = p->value("stages", std::vector<std::vector<std::string>>{});
+    j.parallelism.coarse_edges = p->value("coarse_edges", 0);
   }
   if (auto its = d.find("iterations"); its != d.end() && its->is_array())
     for (const auto& i : *its) {

@@ -146,7 +146,8 @@ void transfers(const Input& in, const Flows& f, Names& names, Normalized& out) {
           f.obs_of[i] == names.sender_sid(names.node_id(fl.key.dst))) {
         uint64_t bytes = data_bytes(e);
         if (bytes > 0)
-          out.arrivals.push_back({src, dst, fl.conn, e.first_ns, std::max(e.first_ns, e.last_ns), bytes});
+          out.arrivals.push_back(
+              {src, dst, fl.conn, packets32(e.packets), e.first_ns, std::max(e.first_ns, e.last_ns), bytes});
       }
       continue;
     }
@@ -154,7 +155,8 @@ void transfers(const Input& in, const Flows& f, Names& names, Normalized& out) {
     if (bytes == 0) continue;
     (fl.fwd ? c.bytes_ab : c.bytes_ba) += bytes;
     c.xfers++;
-    out.xfers.push_back({src, dst, fl.conn, e.first_ns, std::max(e.first_ns, e.last_ns), bytes});
+    out.xfers.push_back(
+        {src, dst, fl.conn, packets32(e.packets), e.first_ns, std::max(e.first_ns, e.last_ns), bytes});
   }
   out.now_ns = in.now_ns ? in.now_ns : last_seen;
 }

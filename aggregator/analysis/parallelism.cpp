@@ -30,9 +30,6 @@ constexpr double kOneWayRatio = 0.10;
 // side.
 constexpr double kPipelineNegativeShare = 0.20;
 
-// Quiet gap that separates episodes of one edge: longer than the spacing of packets and chunks inside one
-// message or one all-reduce (sub-millisecond to a few ms), shorter than any compute between messages.
-constexpr uint64_t kEpisodeGapNs = 5'000'000;
 constexpr double kResidueShare = 0.25;
 // Expert-parallel exchange on an edge (see expert_parallel): volume floors of its lighter direction.
 constexpr uint64_t kMinExchangeBytes = 64 * 1024;
@@ -59,6 +56,17 @@ constexpr double kTpEpisodeRatio = 3.0;
 // the edges of a ring all-reduce's non-neighbours (2 episodes in a DDP run: set-up only).
 constexpr double kMinDpEpisodes = 3;
 
+// Records too coarse to order messages (flow exporters' records, see coarse()): an edge whose bytes come
+// mostly in them has no causality evidence, and its role is read from its volume instead. Per iteration a
+// DP edge carries the stage's gradient (2 (d-1)/d of its parameters' bytes), a pipeline edge 2 M
+// activations of one micro-batch; for transformer training the ratio is about 12 (L/p) h / (M s b) (L/p
+// layers of hidden size h per stage, M micro-batches of b sequences of s tokens): 70 for a GPT-3-sized
+// stage (h 12288, 12 layers, M 8, s 2048) and still 2 for a small model with long sequences (h 1024, 12
+// layers, s 8192, M 8); 30 in the testbed's DP 2 x PP 2 job. A two-way coarse edge lighter than a quarter
+// of the job's heaviest two-way edge reads as pipeline, with log-odds ln(heaviest / (4 bytes)) like the
+// timing evidence's, so the structure search (assign_roles) can still overrule a single edge.
+constexpr double kCoarseVolumeRatio = 4.0;
+
 // Union-find over node indices 0..n-1, with path halving. unite(a, b) hangs a's root under b's: callers key
 // components by root (a std::map), so the roots, and with them the order of the components, follow from
 // the order of the unions.
@@ -77,10 +85,12 @@ class DisjointSets {
 
 struct EdgeData {
   Edge e;
-  double confidence = 0;    // pipeline edges: |negative share forward - reverse|
-  double fwd = 0, rev = 0;  // negative share with the lower node index (fwd) or the other (rev) upstream
-  bool two_way = false;     // both directions carry data (not a ring all-reduce neighbour)
-  bool tp = false;          // a tensor-parallel edge (see tensor_parallel)
+  double confidence = 0;       // pipeline edges: |negative share forward - reverse|
+  double fwd = 0, rev = 0;     // negative share with the lower node index (fwd) or the other (rev) upstream
+  bool two_way = false;        // both directions carry data (not a ring all-reduce neighbour)
+  bool tp = false;             // a tensor-parallel edge (see tensor_parallel)
+  bool coarse = false;         // most of its bytes in coarse() records: no causality evidence
+  double volume_evidence = 0;  // coarse edges: pipeline log-odds from volume (kCoarseVolumeRatio)
   std::vector<const Xfer*> xs;
 };
 
@@ -130,6 +140,18 @@ double negative_share(const std::vector<const Xfer*>& xs, uint32_t u, double eps
     if (bal < -eps) neg += static_cast<double>(next - ev[i].first);
   }
   return neg / static_cast<double>(hi - lo);
+}
+
+// Orientation of a coarse pipeline candidate (u, v) from the two nodes' synchronisations, since its own
+// records carry no order: in every pipeline schedule the first stage finishes its backward pass last (the
+// last micro-batch's gradient reaches it last), so an upstream node's synchronisation follows its
+// downstream neighbour's closely (by the upstream stages' last backward steps) and the downstream one
+// follows the upstream one by nearly a whole step (sync_order()). Writes fwd/rev as negative_share() would
+// (rev > fwd: u upstream).
+void orient_by_syncs(EdgeData& d, const std::vector<std::vector<uint64_t>>& ends) {
+  double w = sync_order(ends[d.e.u], ends[d.e.v]);
+  d.fwd = std::max(0.0, -w);
+  d.rev = std::max(0.0, w);
 }
 
 // Expert parallelism: an all-to-all among DP peers. Inside a DP group of three or more nodes the gradient
@@ -263,6 +285,7 @@ std::vector<char> assign_roles(const std::vector<EdgeData*>& all, const std::vec
                                size_t N, std::vector<int>& stage_of) {
   auto share = [](double x) { return std::max(x, kMinShare); };
   auto evidence = [&](const EdgeData& d) {
+    if (d.coarse) return d.volume_evidence;
     return std::log(share(std::max(d.fwd, d.rev)) / kPipelineNegativeShare);
   };
   std::vector<char> base(all.size(), 0);
@@ -437,12 +460,19 @@ Structure infer_structure(const Normalized& n, const JobSlice& job) {
     d.xs.push_back(&x);
   }
 
+  double heaviest = 0;  // bytes of the job's heaviest two-way edge
   for (auto& [key, d] : edges) {
     double hi = static_cast<double>(std::max(d.e.bytes_uv, d.e.bytes_vu));
     double lo = static_cast<double>(std::min(d.e.bytes_uv, d.e.bytes_vu));
     d.e.role = EdgeRole::dp;
     if (lo < kOneWayRatio * hi) continue;
     d.two_way = true;
+    heaviest = std::max(heaviest, hi + lo);
+    uint64_t coarse_bytes = 0;
+    for (const Xfer* x : d.xs)
+      if (coarse(*x)) coarse_bytes += x->bytes;
+    d.coarse = 2 * coarse_bytes > d.e.bytes_uv + d.e.bytes_vu;
+    if (d.coarse) continue;  // fwd = rev = 0: the records carry no order
     std::vector<double> sizes;
     for (const Xfer* x : d.xs) sizes.push_back(static_cast<double>(x->bytes));
     double eps = 0.5 * typical_size(sizes);
@@ -453,6 +483,21 @@ Structure infer_structure(const Normalized& n, const JobSlice& job) {
                    n.nodes[d.e.v].c_str(), static_cast<unsigned long long>(d.e.bytes_uv),
                    static_cast<unsigned long long>(d.e.bytes_vu), d.fwd, d.rev);
   }
+
+  std::vector<std::vector<uint64_t>> sync_ends;
+  for (auto& [key, d] : edges)
+    if (d.coarse) {
+      double bytes = static_cast<double>(d.e.bytes_uv + d.e.bytes_vu);
+      d.volume_evidence = std::log(heaviest / (kCoarseVolumeRatio * bytes));
+      if (sync_ends.empty()) sync_ends = heavy_episode_ends(job, n.nodes.size());
+      orient_by_syncs(d, sync_ends);
+      s.coarse_edges++;
+      if (std::getenv("NP_ANALYSIS_DEBUG"))
+        std::fprintf(stderr, "edge %s-%s coarse, bytes %llu/%llu, volume evidence %.2f, sync order %.3f\n",
+                     n.nodes[d.e.u].c_str(), n.nodes[d.e.v].c_str(),
+                     static_cast<unsigned long long>(d.e.bytes_uv),
+                     static_cast<unsigned long long>(d.e.bytes_vu), d.volume_evidence, d.rev - d.fwd);
+    }
 
   size_t N = n.nodes.size();
   s.stage_of.assign(N, -1);

@@ -82,10 +82,26 @@ struct Xfer {
   uint32_t src = 0;   // node index
   uint32_t dst = 0;   // node index
   uint32_t conn = 0;  // connection index (both directions of one 5-tuple share it)
+  // Packets the record counted (0: not known, as for CSV rows). With t0/t1 it tells a message or burst
+  // from a flow exporter's record that spans quiet gaps (see coarse() in parallelism.cpp).
+  uint32_t packets = 0;
   uint64_t t0 = 0;
   uint64_t t1 = 0;
   uint64_t bytes = 0;
 };
+
+// A record's packet count as Xfer keeps it (saturating: a record of 4 billion packets is coarse anyway).
+inline uint32_t packets32(uint64_t packets) {
+  return packets > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(packets);
+}
+
+// Quiet gap that separates episodes of one edge: longer than the spacing of packets and chunks inside one
+// message or one all-reduce (sub-millisecond to a few ms), shorter than any compute between messages.
+inline constexpr uint64_t kEpisodeGapNs = 5'000'000;
+
+// Flow exporters' coarse records (coarse_records.cpp). coarse(): the record spans quiet gaps (its packets
+// are spaced wider than kEpisodeGapNs on average), so it carries no message order.
+bool coarse(const Xfer& x);
 
 // One connection (undirected 5-tuple) with its totals; a < b by node index, or by address on ties.
 struct Conn {
@@ -183,8 +199,21 @@ struct Structure {
   // Tensor parallelism across servers (parallelism.cpp): the groups of nodes whose frequent small
   // collectives run inside every micro-batch's compute; empty when TP stays inside the servers.
   std::vector<std::vector<uint32_t>> tp_groups;
+  // Two-way edges whose records were too coarse to order messages (flow exporters' records spanning quiet
+  // gaps): their roles came from volume, and the order of stages joined only by them is not known.
+  size_t coarse_edges = 0;
 };
 Structure infer_structure(const Normalized& n, const JobSlice& job);
+// Per node (index), the ends of its synchronisations: its heavy episodes among fine (not coarse())
+// transfers, in time order.
+std::vector<std::vector<uint64_t>> heavy_episode_ends(const JobSlice& job, size_t N);
+// Which of two neighbours' synchronisations follow the other's closely, in [-1, 1]: > 0 when u's follow
+// v's (u upstream in a pipeline, see parallelism.cpp), 0 when unknown.
+double sync_order(const std::vector<uint64_t>& ends_u, const std::vector<uint64_t>& ends_v);
+// When the transfers the timeline rests on (the DP edges', or the pipeline's without DP) come mostly in
+// coarse() records: their bytes-weighted median duration, the resolution of the job's iteration times;
+// 0 otherwise.
+double coarse_resolution_ns(const JobSlice& job, const Structure& s);
 
 // Iteration boundaries plus per-node phases of each iteration.
 struct Timeline {

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """`netprism analyze --format ipfix|sflow` on real exporters' captures (tests/data/flow_export, from one
 testbed run of a DP 2 x PP 2 job): every capture decodes without errors and gives one job of the run's four
-nodes; hostile variants (a capture cut mid-packet, the wrong format, not a capture) get a clear error or a
+nodes with its exact parallelism (the IPFIX captures through their coarse pipeline records, issue 22) and its
+step; hostile variants (a capture cut mid-packet, the wrong format, not a capture) get a clear error or a
 warning, never a crash. No root needed.
 
 usage: flow_capture_samples.py NETPRISM NP_FLOWDUMP DATA_DIR
@@ -15,6 +16,33 @@ import tempfile
 
 CAPTURES = {"softflowd_ipfix.pcap": "ipfix", "pmacct_nfprobe_ipfix.pcap": "ipfix",
             "pmacct_sfprobe_sflow.pcap": "sflow"}
+# The run's truth (tests/e2e/train.py: node = stage * dp + dp_rank): stage 0 is n0 and n1, which are one DP
+# group, as are n2 and n3. Its step was 4.52 s (tests/data/flow_export/README.md); the timeline reads it from
+# the DP exchanges, which every exporter shows within about its time resolution: 3 % of the step (135 ms).
+TRUTH = {"dp": 2, "pp": 2, "dp_groups": [["n0", "n1"], ["n2", "n3"]], "stages": [["n0", "n1"], ["n2", "n3"]]}
+STEP_MS, STEP_TOLERANCE = 4520, 0.03
+# The IPFIX exporters' pipeline records last up to their 1 s timeouts (coarse: roles from volume, order from
+# the synchronisations); sFlow's packet samples are points in time, never coarse.
+COARSE_EDGES = {"ipfix": 2, "sflow": 0}
+
+
+def check_job(name, fmt, job):
+    par = job["parallelism"]
+    got = {k: par.get(k) for k in TRUTH}
+    step = job.get("step_time_ms", 0)
+    print(f"{name}: parallelism {got}, coarse edges {par.get('coarse_edges', 0)}, step {step:.1f} ms, "
+          f"{len(job.get('iterations', []))} iterations")
+    bad = []
+    if got != TRUTH:
+        bad.append(f"{name}: parallelism {got}, expected {TRUTH}")
+    if par.get("coarse_edges", 0) != COARSE_EDGES[fmt]:
+        bad.append(f"{name}: {par.get('coarse_edges', 0)} coarse edges, expected {COARSE_EDGES[fmt]}")
+    if abs(step - STEP_MS) > STEP_TOLERANCE * STEP_MS:
+        bad.append(f"{name}: step {step:.1f} ms, expected {STEP_MS} ms within {100 * STEP_TOLERANCE:.0f} %")
+    # The DP exchanges come in fine records from every exporter here: the step is measured, not estimated.
+    if job.get("step_time_estimated"):
+        bad.append(f"{name}: step marked as an estimate (resolution {job.get('time_resolution_ms')} ms)")
+    return bad
 
 
 def main():
@@ -32,10 +60,13 @@ def main():
         if r.returncode != 0:
             fails.append(f"{name}: analyze exited {r.returncode}: {r.stderr.strip()}")
             continue
-        jobs = [sorted(j["nodes"]) for j in json.loads(r.stdout)["jobs"]]
+        out = json.loads(r.stdout)["jobs"]
+        jobs = [sorted(j["nodes"]) for j in out]
         print(f"{name}: jobs {jobs}")
         if jobs != [["n0", "n1", "n2", "n3"]]:
             fails.append(f"{name}: jobs {jobs}, expected one job of n0..n3")
+        else:
+            fails += check_job(name, fmt, out[0])
         d = subprocess.run([flowdump, path, fmt], capture_output=True, text=True, timeout=60)
         stats = dict(kv.split("=") for kv in d.stdout.strip().splitlines()[-1].split()[2:])
         print(f"{name}: {stats}")

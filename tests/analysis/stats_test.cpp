@@ -55,7 +55,7 @@ TEST(AnalysisTimelineSteps, MergeStalledNeedsNoPipelineSendBetween) {
   s.group_of = {0, 0, -1};
   s.dp_groups = {{0, 1}};
   JobSlice job;
-  auto xfer = [](uint32_t src, uint32_t dst, uint64_t t0) { return Xfer{src, dst, 0, t0, t0 + 5, 1000}; };
+  auto xfer = [](uint32_t src, uint32_t dst, uint64_t t0) { return Xfer{src, dst, 0, 1, t0, t0 + 5, 1000}; };
   job.xfers = {xfer(0, 1, 90), xfer(0, 2, 250), xfer(1, 0, 300), xfer(1, 2, 650)};
   // 100 -> 200: no send between (stalled, merged into 200); 200 -> 500: send at 250; 500 -> 600: none.
   EXPECT_EQ(timeline_steps::merge_stalled({100, 200, 500, 600}, job, s, 0),
