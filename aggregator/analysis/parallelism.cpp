@@ -446,20 +446,12 @@ std::vector<std::vector<uint32_t>> tensor_parallel(const std::vector<EdgeData*>&
   return tp_groups;
 }
 
-}  // namespace
+using EdgeMap = std::map<std::pair<uint32_t, uint32_t>, EdgeData>;
 
-Structure infer_structure(const Normalized& n, const JobSlice& job) {
-  Structure s;
-  std::map<std::pair<uint32_t, uint32_t>, EdgeData> edges;
-  for (const Xfer& x : job.xfers) {
-    auto key = std::minmax(x.src, x.dst);
-    EdgeData& d = edges[{key.first, key.second}];
-    d.e.u = key.first;
-    d.e.v = key.second;
-    (x.src == key.first ? d.e.bytes_uv : d.e.bytes_vu) += x.bytes;
-    d.xs.push_back(&x);
-  }
-
+// Each edge's role evidence: one-way or two-way; for two-way edges the causality shares (fwd, rev) from
+// their transfers, or, when their records are coarse, volume evidence and the synchronisations' order.
+// Returns the number of coarse edges.
+size_t edge_evidence(const Normalized& n, const JobSlice& job, EdgeMap& edges) {
   double heaviest = 0;  // bytes of the job's heaviest two-way edge
   for (auto& [key, d] : edges) {
     double hi = static_cast<double>(std::max(d.e.bytes_uv, d.e.bytes_vu));
@@ -485,19 +477,39 @@ Structure infer_structure(const Normalized& n, const JobSlice& job) {
   }
 
   std::vector<std::vector<uint64_t>> sync_ends;
+  size_t coarse_edges = 0;
   for (auto& [key, d] : edges)
     if (d.coarse) {
       double bytes = static_cast<double>(d.e.bytes_uv + d.e.bytes_vu);
       d.volume_evidence = std::log(heaviest / (kCoarseVolumeRatio * bytes));
       if (sync_ends.empty()) sync_ends = heavy_episode_ends(job, n.nodes.size());
       orient_by_syncs(d, sync_ends);
-      s.coarse_edges++;
+      ++coarse_edges;
       if (std::getenv("NP_ANALYSIS_DEBUG"))
         std::fprintf(stderr, "edge %s-%s coarse, bytes %llu/%llu, volume evidence %.2f, sync order %.3f\n",
                      n.nodes[d.e.u].c_str(), n.nodes[d.e.v].c_str(),
                      static_cast<unsigned long long>(d.e.bytes_uv),
                      static_cast<unsigned long long>(d.e.bytes_vu), d.volume_evidence, d.rev - d.fwd);
     }
+
+  return coarse_edges;
+}
+
+}  // namespace
+
+Structure infer_structure(const Normalized& n, const JobSlice& job) {
+  Structure s;
+  EdgeMap edges;
+  for (const Xfer& x : job.xfers) {
+    auto key = std::minmax(x.src, x.dst);
+    EdgeData& d = edges[{key.first, key.second}];
+    d.e.u = key.first;
+    d.e.v = key.second;
+    (x.src == key.first ? d.e.bytes_uv : d.e.bytes_vu) += x.bytes;
+    d.xs.push_back(&x);
+  }
+
+  s.coarse_edges = edge_evidence(n, job, edges);
 
   size_t N = n.nodes.size();
   s.stage_of.assign(N, -1);
