@@ -127,6 +127,12 @@ void connections(std::vector<Flow>& flows, Names& names, Normalized& out) {
   }
 }
 
+// Packets of an observed record, for coarse() (stages.hpp); 0 for a transfer made from RDMA port counters:
+// its count is a counter delta over a sampling interval, not a record's packet train.
+uint32_t record_packets(const FlowEvent& e) {
+  return e.from_counters ? 0 : packets32(e.packets);
+}
+
 // Pass 2: connection totals and transfers (the chosen observer's), and the receivers' own views (arrivals).
 void transfers(const Input& in, const Flows& f, Names& names, Normalized& out) {
   uint64_t last_seen = 0;
@@ -147,7 +153,7 @@ void transfers(const Input& in, const Flows& f, Names& names, Normalized& out) {
         uint64_t bytes = data_bytes(e);
         if (bytes > 0)
           out.arrivals.push_back(
-              {src, dst, fl.conn, packets32(e.packets), e.first_ns, std::max(e.first_ns, e.last_ns), bytes});
+              {src, dst, fl.conn, record_packets(e), e.first_ns, std::max(e.first_ns, e.last_ns), bytes});
       }
       continue;
     }
@@ -156,7 +162,7 @@ void transfers(const Input& in, const Flows& f, Names& names, Normalized& out) {
     (fl.fwd ? c.bytes_ab : c.bytes_ba) += bytes;
     c.xfers++;
     out.xfers.push_back(
-        {src, dst, fl.conn, packets32(e.packets), e.first_ns, std::max(e.first_ns, e.last_ns), bytes});
+        {src, dst, fl.conn, record_packets(e), e.first_ns, std::max(e.first_ns, e.last_ns), bytes});
   }
   out.now_ns = in.now_ns ? in.now_ns : last_seen;
 }
