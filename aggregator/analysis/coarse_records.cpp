@@ -34,16 +34,11 @@ std::vector<std::vector<uint64_t>> heavy_episode_ends(const JobSlice& job, size_
     }
   std::vector<std::vector<uint64_t>> ends(N);
   for (size_t v = 0; v < N; ++v) {
-    std::vector<std::pair<uint64_t, double>> eps;  // end, bytes (xfers are sorted by t0)
-    for (const Xfer* x : of[v]) {
-      if (eps.empty() || x->t0 > eps.back().first + kEpisodeGapNs) eps.emplace_back(x->t1, 0);
-      eps.back().first = std::max(eps.back().first, x->t1);
-      eps.back().second += static_cast<double>(x->bytes);
-    }
+    const std::vector<Episode> eps = episodes_of(of[v]);  // job.xfers are sorted by t0
     double top = 0;
-    for (auto& e : eps) top = std::max(top, e.second);
-    for (auto& e : eps)
-      if (e.second >= kHeavyEpisodeShare * top) ends[v].push_back(e.first);
+    for (const Episode& e : eps) top = std::max(top, e.bytes);
+    for (const Episode& e : eps)
+      if (e.bytes >= kHeavyEpisodeShare * top) ends[v].push_back(e.end);
   }
   return ends;
 }

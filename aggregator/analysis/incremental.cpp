@@ -184,8 +184,7 @@ void StreamingAnalysis::add(const Event& e, uint64_t fh) {
   os->xfers++;
   os->first_t0 = std::min(os->first_t0, e.first_ns);
   os->last_t1 = std::max(os->last_t1, t1);
-  // A counters-derived transfer's packets are a counter delta, not a record's packet train (see coarse()).
-  fl.xs.push_back({e.observer, e.from_counters ? 0 : packets32(e.packets), e.first_ns, t1, bytes});
+  fl.xs.push_back({e.observer, record_packets(e), e.first_ns, t1, bytes});
   ++total_xfers_;
   ++c.fresh;
 }

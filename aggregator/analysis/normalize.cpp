@@ -127,12 +127,6 @@ void connections(std::vector<Flow>& flows, Names& names, Normalized& out) {
   }
 }
 
-// Packets of an observed record, for coarse() (stages.hpp); 0 for a transfer made from RDMA port counters:
-// its count is a counter delta over a sampling interval, not a record's packet train.
-uint32_t record_packets(const FlowEvent& e) {
-  return e.from_counters ? 0 : packets32(e.packets);
-}
-
 // Pass 2: connection totals and transfers (the chosen observer's), and the receivers' own views (arrivals).
 void transfers(const Input& in, const Flows& f, Names& names, Normalized& out) {
   uint64_t last_seen = 0;

@@ -99,14 +99,8 @@ struct EdgeData {
 // equal sizes. At every quiet gap a residue below eps (a retransmission, headers) is reset so that it cannot
 // accumulate over a long run.
 double negative_share(const std::vector<const Xfer*>& xs, uint32_t u, double eps) {
-  // Episodes on the time-sorted transfers (xs is sorted by t0).
-  std::vector<size_t> cut;  // index of the first transfer of each episode
-  uint64_t run_end = 0;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    if (i == 0 || xs[i]->t0 > run_end + kEpisodeGapNs) cut.push_back(i);
-    run_end = std::max(run_end, xs[i]->t1);
-  }
-  if (cut.size() < 2) return 0;
+  const std::vector<Episode> episodes = episodes_of(xs);  // xs is sorted by t0
+  if (episodes.size() < 2) return 0;
   size_t from = 0, to = xs.size();
   std::vector<std::pair<uint64_t, double>> ev;
   for (size_t i = from; i < to; ++i) {
@@ -118,11 +112,8 @@ double negative_share(const std::vector<const Xfer*>& xs, uint32_t u, double eps
   }
   // Snap points: the start of every episode after the first, with the volume of the episode that ended.
   std::vector<std::pair<uint64_t, double>> snap;
-  for (size_t k = 1; k < cut.size(); ++k) {
-    double vol = 0;
-    for (size_t i = cut[k - 1]; i < cut[k]; ++i) vol += static_cast<double>(xs[i]->bytes);
-    snap.emplace_back(xs[cut[k]]->t0, vol);
-  }
+  for (size_t k = 1; k < episodes.size(); ++k)
+    snap.emplace_back(xs[episodes[k].first]->t0, episodes[k - 1].bytes);
   std::sort(ev.begin(), ev.end());
   uint64_t lo = xs[from]->t0, hi = ev.back().first;
   if (hi <= lo) return 0;
@@ -356,17 +347,6 @@ std::vector<char> assign_roles(const std::vector<EdgeData*>& all, const std::vec
   return best;
 }
 
-// Episodes of an edge (transfers in time order, split at quiets of kEpisodeGapNs).
-size_t episodes(const std::vector<const Xfer*>& xs) {
-  size_t count = 0;
-  uint64_t run_end = 0;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    if (i == 0 || xs[i]->t0 > run_end + kEpisodeGapNs) ++count;
-    run_end = std::max(run_end, xs[i]->t1);
-  }
-  return count;
-}
-
 // Components of the edges for which `use` holds, over the job's nodes (a node without such an edge alone).
 template <class Use>
 std::vector<std::vector<uint32_t>> components(const std::vector<EdgeData*>& all,
@@ -394,7 +374,7 @@ std::vector<std::vector<uint32_t>> tensor_parallel(const std::vector<EdgeData*>&
                                                    const std::vector<uint32_t>& nodes, size_t N) {
   std::vector<std::pair<double, size_t>> count;  // episodes, edge index
   for (size_t i = 0; i < all.size(); ++i)
-    if (!pp[i]) count.emplace_back(static_cast<double>(episodes(all[i]->xs)), i);
+    if (!pp[i]) count.emplace_back(static_cast<double>(episodes_of(all[i]->xs).size()), i);
   if (count.size() < 2) return {};
   std::sort(count.begin(), count.end());
   size_t cut = 0;
@@ -496,6 +476,16 @@ size_t edge_evidence(const Normalized& n, const JobSlice& job, EdgeMap& edges) {
 }
 
 }  // namespace
+
+std::vector<Episode> episodes_of(const std::vector<const Xfer*>& xs) {
+  std::vector<Episode> out;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (out.empty() || xs[i]->t0 > out.back().end + kEpisodeGapNs) out.push_back({i, xs[i]->t1, 0});
+    out.back().end = std::max(out.back().end, xs[i]->t1);
+    out.back().bytes += static_cast<double>(xs[i]->bytes);
+  }
+  return out;
+}
 
 Structure infer_structure(const Normalized& n, const JobSlice& job) {
   Structure s;

@@ -83,21 +83,33 @@ struct Xfer {
   uint32_t dst = 0;   // node index
   uint32_t conn = 0;  // connection index (both directions of one 5-tuple share it)
   // Packets the record counted (0: not known, as for CSV rows). With t0/t1 it tells a message or burst
-  // from a flow exporter's record that spans quiet gaps (see coarse() in parallelism.cpp).
+  // from a flow exporter's record that spans quiet gaps (see coarse()).
   uint32_t packets = 0;
   uint64_t t0 = 0;
   uint64_t t1 = 0;
   uint64_t bytes = 0;
 };
 
-// A record's packet count as Xfer keeps it (saturating: a record of 4 billion packets is coarse anyway).
-inline uint32_t packets32(uint64_t packets) {
-  return packets > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(packets);
+// An event's packet count as Xfer keeps it, for coarse(): saturating (a record of 4 billion packets is coarse
+// anyway), and 0 for a transfer made from RDMA port counters, whose count is a counter delta over a sampling
+// interval, not a record's packet train. normalize() and the streaming engine share it.
+inline uint32_t record_packets(const EventFields& e) {
+  if (e.from_counters) return 0;
+  return e.packets > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(e.packets);
 }
 
 // Quiet gap that separates episodes of one edge: longer than the spacing of packets and chunks inside one
 // message or one all-reduce (sub-millisecond to a few ms), shorter than any compute between messages.
 inline constexpr uint64_t kEpisodeGapNs = 5'000'000;
+
+// Episodes of time-sorted transfers: runs split where a transfer starts more than kEpisodeGapNs after every
+// earlier one ended. Each with the index of its first transfer, its end and its bytes (parallelism.cpp).
+struct Episode {
+  size_t first = 0;
+  uint64_t end = 0;
+  double bytes = 0;
+};
+std::vector<Episode> episodes_of(const std::vector<const Xfer*>& xs);
 
 // Flow exporters' coarse records (coarse_records.cpp). coarse(): the record spans quiet gaps (its packets
 // are spaced wider than kEpisodeGapNs on average), so it carries no message order.
