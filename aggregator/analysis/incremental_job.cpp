@@ -184,10 +184,15 @@ Job StreamingAnalysis::last_result(const History& h) {
 }
 
 bool StreamingAnalysis::due(const JobSlice& sl, const History& h, uint64_t now_ns) const {
-  if (!h.has_last || h.last_tail <= kReuseMinXfers || h.last_conns != sl.conns.size()) return true;
-  if (now_ns >= h.analysed_ns + kStaleNs) return true;
+  // A recording's last pass (set_offline) is its judgement: every job's state as analyze() judges it.
+  if (offline_ || !h.has_last || h.last_conns != sl.conns.size()) return true;
   uint64_t fresh = 0;
   for (uint32_t c : sl.conns) fresh += conns_[c].fresh;
+  if (fresh == 0 && h.last.state != "running") {  // settled: hung, idle or ended, and nothing new since
+    uint64_t quiet = now_ns > sl.last_ns ? now_ns - sl.last_ns : 0;
+    return now_ns >= h.analysed_ns + std::max(kStaleNs, quiet / kSettledRecheckDivisor);
+  }
+  if (h.last_tail <= kReuseMinXfers || now_ns >= h.analysed_ns + kStaleNs) return true;
   if (fresh == 0) return false;
   if (h.next_due_ns) return sl.last_ns >= h.next_due_ns;  // periodic
   return fresh * std::max<size_t>(1, h.tail_iterations) >= h.last_tail;

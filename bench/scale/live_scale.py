@@ -139,7 +139,7 @@ def main():
     recs = recordings()
     offline = {csv: offline_jobs(cli, csv, topo) for csv, topo in recs}
     agg = subprocess.Popen([agg_bin, "--listen", ingest, "--query", query, "--data-dir", f"{work}/data", "--insecure",
-                            "--analysis-max-events", "4000000"],
+                            "--analysis-max-events", os.environ.get("NP_MAX_EVENTS", "4000000")] + os.environ.get("NP_AGG_ARGS", "").split(),
                            stdout=open(f"{work}/agg.log", "w"), stderr=subprocess.STDOUT)
     procs = [agg]
     try:
@@ -165,6 +165,8 @@ def main():
             if p.poll() is None:
                 p.terminate()
                 p.wait()
+        if os.environ.get("NP_SCALE_KEEP_LOG"):  # the aggregator's log, kept for a post-mortem
+            subprocess.run(["cp", f"{work}/agg.log", os.environ["NP_SCALE_KEEP_LOG"]])
         subprocess.run(["rm", "-rf", work])
 
 
@@ -212,14 +214,19 @@ def measure(q, agg, simp, truth_path, offline, minutes, nodes, jobs):
 def report(q, vis, replays, offline, rss, loads, sim_lines, minutes, nodes, jobs, start, cpu):
     status = q({"cmd": "status"}) or {}
     an = status.get("analysis", {})
-    live = {frozenset(j["nodes"]): j["iterations"] for j in (q({"cmd": "jobs"}) or {}).get("jobs", [])}
+    # Several live jobs can share a node set (two tenants on the same nodes, a job's start-up connections
+    # seen apart): each offline job is matched to one of them, and each live job used once.
+    live = {}
+    for j in (q({"cmd": "jobs"}) or {}).get("jobs", []):
+        live.setdefault(frozenset(j["nodes"]), []).append(j["iterations"])
     exact = checked = 0
     for rec in replays:
         nmap, amap = rec["node_map"], rec["addr_map"]
         for names, its in offline[rec["recording"]]:
             checked += 1
             key = frozenset(nmap.get(n, amap.get(n, n)) for n in names)
-            if live.get(key) == its:
+            if its in live.get(key, []):
+                live[key].remove(its)
                 exact += 1
             else:
                 print(f"not exact: {rec['recording']} copy {rec['copy']}: offline {its} iterations on {names}, "
@@ -231,6 +238,9 @@ def report(q, vis, replays, offline, rss, loads, sim_lines, minutes, nodes, jobs
     for key, tr in vis.truth.items():  # per synthetic job: found live (same nodes)? iterations seen
         n_true = sum(1 for e in tr["ends"] if e <= run_end_ns)
         line = f"sim job on {len(key)} nodes, step {tr['step']:.2f} s: {n_true} iterations ended, {len(tr['seen'])} seen"
+        own = sorted(v for i, v in tr["seen"].items() if i >= WARMUP)
+        if own:
+            line += f" (visible after {pct(own, 0.5)} s median, {own[-1]:.3f} s at most)"
         if key not in live:
             line += "; no live job has exactly its nodes"
         elif not tr["seen"] and os.environ.get("NP_DEBUG"):

@@ -277,3 +277,39 @@ TEST(StreamingAnalysis, PassBudgetDefersRoundRobinAndCounts) {
   in.now_ns = end + kSec / 2;
   expect_same_jobs(live, analyze(in), 2);
 }
+
+// A hung job with nothing new is re-analysed as its silence grows by a quarter (at least every
+// kStaleNs), not every pass; it still reads as analyze() reads it at the same moment.
+TEST(StreamingAnalysis, SettledJobIsRecheckedAsItsSilenceGrowsNotEveryPass) {
+  synth::Spec a;
+  a.iters = 20, a.hang_at = 14, a.teardown = false;
+  Input in = arrivals_of(a);
+  StreamingAnalysis::Limits lim;
+  lim.pass_budget_ns = 1'000'000'000'000ull;  // never spent: only keeps every job's last result (has_last)
+  StreamingAnalysis sa(lim);
+  const uint64_t end = in.events.back().last_ns;
+  Result live = stream(sa, in, end + kSec);
+  uint64_t hung_at = 0, rechecks = 0;
+  for (uint64_t t = end + 2 * kSec; t <= end + 120 * kSec; t += kSec) {
+    const uint64_t before = sa.stats().analysed;
+    live = sa.pass(t);
+    ASSERT_EQ(live.jobs.size(), 1u);
+    if (hung_at == 0 && live.jobs[0].state == "hung") hung_at = t;
+    if (hung_at != 0 && t > hung_at) rechecks += sa.stats().analysed - before;
+  }
+  ASSERT_NE(hung_at, 0u);
+  // Silence from ~5 s to 120 s: every 5 s up to 20 s, then each a quarter longer than the last (~12);
+  // before, every one of the ~115 passes.
+  EXPECT_GE(rechecks, 6u);
+  EXPECT_LE(rechecks, 20u);
+  in.now_ns = end + 120 * kSec;
+  Result off = analyze(in);
+  ASSERT_EQ(off.jobs.size(), 1u);
+  EXPECT_EQ(live.jobs[0].state, off.jobs[0].state);
+  EXPECT_EQ(live.jobs[0].iterations.size(), off.jobs[0].iterations.size());
+  ASSERT_EQ(live.jobs[0].findings.size(), off.jobs[0].findings.size());
+  for (size_t k = 0; k < off.jobs[0].findings.size(); ++k) {
+    EXPECT_EQ(live.jobs[0].findings[k].kind, off.jobs[0].findings[k].kind);
+    EXPECT_EQ(live.jobs[0].findings[k].subject, off.jobs[0].findings[k].subject);
+  }
+}
