@@ -109,6 +109,11 @@ class StreamingAnalysis {
   // pass, as the golden replays expect.
   static constexpr size_t kReuseMinXfers = 20'000;
   static constexpr uint64_t kStaleNs = 5'000'000'000ull;
+  // A periodic job whose next boundary did not show yet is tried again this much later (or a quarter step,
+  // if shorter): with 1 s passes, half a second keeps an iteration's appearance within ~1.5 s of its end
+  // (the 1,250-node live_scale run: p95 2.1 s at 1 s retries) for one or two more tail re-reads an
+  // iteration.
+  static constexpr double kRetryNs = 0.5e9;
   // A settled job (hung, idle or ended at its last analysis) with no new transfers since can still change
   // only through other connections (its bootstrap connections' teardown turns a hang into an end) and the
   // age its hang finding states: it is re-analysed when it has been silent a quarter longer than when last
@@ -181,6 +186,7 @@ class StreamingAnalysis {
     size_t last_conns = 0;       // connections the job had then
     size_t tail_iterations = 0;  // iterations in that tail
     uint64_t analysed_ns = 0;
+    uint64_t analysed_data_ns = 0;  // the job's last transfer then (data time: agents' clocks, not ours)
     uint64_t next_due_ns = 0;  // data time from which a periodic job is due again (kReuseMinXfers)
     // Sorted durations of iterations [0, settled_n): the step time's median over all iterations without
     // re-reading them every pass.

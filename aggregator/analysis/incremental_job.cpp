@@ -194,18 +194,22 @@ bool StreamingAnalysis::due(const JobSlice& sl, const History& h, uint64_t now_n
   }
   if (h.last_tail <= kReuseMinXfers || now_ns >= h.analysed_ns + kStaleNs) return true;
   if (fresh == 0) return false;
-  if (h.next_due_ns) return sl.last_ns >= h.next_due_ns;  // periodic
+  if (h.next_due_ns) {  // periodic: its data passed the due time, or the time since its last analysis did
+    // (a job with only DP traffic is silent between its syncs: the end of one shows by time, not by data).
+    const uint64_t since = now_ns > h.analysed_ns ? now_ns - h.analysed_ns : 0;
+    return std::max(sl.last_ns, h.analysed_data_ns + since) >= h.next_due_ns;
+  }
   return fresh * std::max<size_t>(1, h.tail_iterations) >= h.last_tail;
 }
 
 void StreamingAnalysis::set_next_due(History& h, const JobSlice& sl, const Timeline& t) {
-  // Periodic: due when the data passes the next expected boundary, and from then on every second of data
+  // Periodic: due when the data passes the next expected boundary, and from then on every kRetryNs of data
   // (or quarter step, if shorter) until it shows. Aperiodic (no step): by new transfers (due()).
   h.next_due_ns = 0;
   if (h.boundaries.size() < 2 || t.step_ns <= 0) return;
   const double step = t.step_ns;
   uint64_t expected = h.boundaries.back() + static_cast<uint64_t>(0.95 * step);
-  uint64_t retry = sl.last_ns + static_cast<uint64_t>(std::min(1e9, 0.25 * step));
+  uint64_t retry = sl.last_ns + static_cast<uint64_t>(std::min(kRetryNs, 0.25 * step));
   h.next_due_ns = std::max(expected, retry);
 }
 
@@ -224,6 +228,7 @@ Job StreamingAnalysis::current_job(const Normalized& n, JobSlice& sl, History& h
   h.last_tail = sl.xfers.size();
   h.last_conns = sl.conns.size();
   h.analysed_ns = now_ns;
+  h.analysed_data_ns = sl.last_ns;
   // A copy where it can stand in for an analysis: a job large enough to be skipped, or any job when a pass
   // budget may defer it.
   h.has_last = h.last_tail > kReuseMinXfers || lim_.pass_budget_ns;

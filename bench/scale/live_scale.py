@@ -18,8 +18,10 @@ the cluster in real time, this script polling the real query API.
 - rss_*_half_mb: the aggregator's peak RSS in each half of the run; ack_p99_ms: batch sent -> ACK at the
   virtual agents.
 - analysis_cpu_s / aggregator_cpu_s: CPU seconds of the live-analysis thread and of the whole aggregator.
-The aggregator runs with --analysis-max-events 4000000: the target cluster's tails hold ~2.2 M transfers
-(1,250 busy nodes x ~108 records per node and iteration x 16 iterations), above the 2 M default.
+The aggregator runs with --analysis-max-events 8000000 (NP_MAX_EVENTS): the running jobs' tails hold ~1.9 M
+transfers (1,250 busy nodes x ~83 records per node and iteration x 18 iterations) and the jobs that ended
+within the analysis window as many again, above the 2 M default; at 4 M, 424 k were dropped in 5 minutes
+(docs/deploy.md). NP_AGG_ARGS adds aggregator options; NP_SCALE_KEEP_LOG=FILE keeps its log.
 NP_ANALYSIS_NICE=N renices the aggregator's analysis thread (default: left at the daemon's own nice 10; on a
 machine other work loads, a nice-10 thread gets a sliver of a core, see bench/README.md).
 usage: live_scale.py BUILD MINUTES NODES JOBS COPIES NICS
@@ -138,8 +140,9 @@ def main():
     ingest, query = (f"tcp://127.0.0.1:{p}" for p in free_ports(2))
     recs = recordings()
     offline = {csv: offline_jobs(cli, csv, topo) for csv, topo in recs}
+    extra = os.environ.get("NP_AGG_ARGS", "").split()
     agg = subprocess.Popen([agg_bin, "--listen", ingest, "--query", query, "--data-dir", f"{work}/data", "--insecure",
-                            "--analysis-max-events", os.environ.get("NP_MAX_EVENTS", "4000000")] + os.environ.get("NP_AGG_ARGS", "").split(),
+                            "--analysis-max-events", os.environ.get("NP_MAX_EVENTS", "8000000")] + extra,
                            stdout=open(f"{work}/agg.log", "w"), stderr=subprocess.STDOUT)
     procs = [agg]
     try:
