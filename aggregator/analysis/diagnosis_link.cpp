@@ -159,8 +159,12 @@ void thresholds(std::vector<Direction>& dirs, size_t iters) {
       prev = l;
     }
   }
+  // Once per role: the median sorts all of the role's changes (directions x iterations; per direction it
+  // took most of a 1,000-node job's 15 s pass).
+  std::map<EdgeRole, double> sigma;
+  for (const auto& [role, v] : diffs) sigma[role] = kMadToSigma * median(v) / std::sqrt(2.0);
   for (Direction& d : dirs) {
-    d.sigma = kMadToSigma * median(diffs[d.role]) / std::sqrt(2.0);
+    d.sigma = sigma[d.role];
     d.threshold = std::min(kSlowLinkRatio, std::exp(-kLinkZ * d.sigma));
   }
 }
@@ -282,6 +286,71 @@ struct NodeLink {
 
 constexpr size_t kNodeMinPeers = 2;
 
+// The k-th smallest (from 0) of the multiset s without e (e a part of s; both sorted): the first value of s
+// at which s without e holds k + 1 values, by bisection, without copying s.
+double kth_without(const std::vector<double>& s, const std::vector<double>& e, size_t k) {
+  auto count_le = [&](double x) {
+    return static_cast<size_t>(std::upper_bound(s.begin(), s.end(), x) - s.begin()) -
+           static_cast<size_t>(std::upper_bound(e.begin(), e.end(), x) - e.begin());
+  };
+  size_t lo = 0, hi = s.size() - 1;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (count_le(s[mid]) >= k + 1)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return s[lo];
+}
+
+// median() of s without e, the same value (the same multiset), at the cost of e's size, not s's.
+double median_without(const std::vector<double>& s, const std::vector<double>& e) {
+  size_t n = s.size() - e.size();
+  if (n == 0) return 0;
+  if (n % 2) return kth_without(s, e, n / 2);
+  return (kth_without(s, e, n / 2 - 1) + kth_without(s, e, n / 2)) / 2;
+}
+
+// Per role, per iteration: the rates (> 0) of all its directions, sorted.
+std::map<EdgeRole, std::vector<std::vector<double>>> sorted_rates(const std::vector<Direction>& dirs,
+                                                                  size_t iters) {
+  std::map<EdgeRole, std::vector<std::vector<double>>> out;
+  for (const Direction& d : dirs) {
+    auto& per_iter = out[d.role];
+    per_iter.resize(iters);
+    for (size_t i = 0; i < iters; ++i)
+      if (d.rate[i] > 0) per_iter[i].push_back(d.rate[i]);
+  }
+  for (auto& [role, per_iter] : out)
+    for (auto& v : per_iter) std::sort(v.begin(), v.end());
+  return out;
+}
+
+// One iteration of a node: each direction through it against the median of its role's directions not
+// through it. The reference leaves out the node's own directions of the role from the role's sorted rates:
+// a 1,000-node job (20,000 directions) took 44 s a pass when every direction re-collected the others.
+void node_iteration(const std::vector<Direction>& dirs,
+                    const std::map<EdgeRole, std::vector<std::vector<double>>>& rates, size_t i, NodeLink& nl) {
+  std::map<EdgeRole, std::vector<double>> own;
+  for (size_t k : nl.dirs)
+    if (dirs[k].rate[i] > 0) own[dirs[k].role].push_back(dirs[k].rate[i]);
+  for (auto& [role, v] : own) std::sort(v.begin(), v.end());
+  double highest = 0;
+  for (size_t m = 0; m < nl.dirs.size(); ++m) {
+    const Direction& d = dirs[nl.dirs[m]];
+    if (d.rate[i] <= 0) continue;  // idle in this iteration: no evidence either way
+    const std::vector<double>& all = rates.at(d.role)[i];
+    const std::vector<double>& mine = own[d.role];
+    if (all.size() - mine.size() < 2) return;  // ratio stays 0: not measured
+    double ref = median_without(all, mine);
+    if (m == 0 || nl.ref[i] <= 0) nl.ref[i] = ref;
+    nl.dir_ratio[m][i] = d.rate[i] / ref;
+    highest = std::max(highest, nl.dir_ratio[m][i]);
+  }
+  nl.ratio[i] = highest;
+}
+
 std::vector<NodeLink> node_links(const std::vector<Direction>& dirs, size_t iters) {
   std::map<uint32_t, NodeLink> by_node;
   for (size_t k = 0; k < dirs.size(); ++k)
@@ -289,6 +358,7 @@ std::vector<NodeLink> node_links(const std::vector<Direction>& dirs, size_t iter
       by_node[v].node = v;
       by_node[v].dirs.push_back(k);
     }
+  const auto rates = sorted_rates(dirs, iters);
   std::vector<NodeLink> out;
   for (auto& [v, nl] : by_node) {
     std::set<uint32_t> peers;
@@ -299,26 +369,7 @@ std::vector<NodeLink> node_links(const std::vector<Direction>& dirs, size_t iter
     nl.ratio.assign(iters, 0);
     nl.ref.assign(iters, 0);
     nl.dir_ratio.assign(nl.dirs.size(), std::vector<double>(iters, 0));
-    for (size_t i = kWarmup; i < iters; ++i) {
-      double highest = 0;
-      bool all = true;
-      for (size_t m = 0; m < nl.dirs.size(); ++m) {
-        const Direction& d = dirs[nl.dirs[m]];
-        if (d.rate[i] <= 0) continue;  // idle in this iteration: no evidence either way
-        std::vector<double> others;
-        for (const Direction& o : dirs)
-          if (o.role == d.role && o.src != v && o.dst != v && o.rate[i] > 0) others.push_back(o.rate[i]);
-        if (others.size() < 2) {
-          all = false;
-          break;
-        }
-        double ref = median(others);
-        if (m == 0 || nl.ref[i] <= 0) nl.ref[i] = ref;
-        nl.dir_ratio[m][i] = d.rate[i] / ref;
-        highest = std::max(highest, nl.dir_ratio[m][i]);
-      }
-      nl.ratio[i] = all ? highest : 0;
-    }
+    for (size_t i = kWarmup; i < iters; ++i) node_iteration(dirs, rates, i, nl);
     out.push_back(std::move(nl));
   }
   return out;

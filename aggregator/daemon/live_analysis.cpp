@@ -232,9 +232,14 @@ void LiveAnalysis::note_qp_tables(const Batch& b) {
   if (auto it = b.counters.find("rdma_qp_table_read_ns"); it != b.counters.end()) {
     teardowns_.table_read(b.node, it->second);
     counters_.table_read(b.node, it->second);
+    rdma_seen_ = true;
   }
   for (const auto& r : b.rdma_bursts) counters_.burst(b.node, r);
-  if (!b.qps.empty() || !b.rdma_bursts.empty()) engine_.set_rdma_sources(true);
+  if (!b.qps.empty() || !b.rdma_bursts.empty()) {
+    engine_.set_rdma_sources(true);
+    rdma_seen_ = true;
+  }
+  if (!rdma_seen_) return;  // no table or counter yet that a flow's end could be read against
   for (const auto& f : b.flowlets)
     if (f.key.proto == NP_PROTO_ROCE && !own_.matches(f)) {
       const analysis::FlowEvent e = analysis::flow_event(b.node, f);
