@@ -331,7 +331,8 @@ std::map<EdgeRole, std::vector<std::vector<double>>> sorted_rates(const std::vec
 // through it. The reference leaves out the node's own directions of the role from the role's sorted rates:
 // a 1,000-node job (20,000 directions) took 44 s a pass when every direction re-collected the others.
 void node_iteration(const std::vector<Direction>& dirs,
-                    const std::map<EdgeRole, std::vector<std::vector<double>>>& rates, size_t i, NodeLink& nl) {
+                    const std::map<EdgeRole, std::vector<std::vector<double>>>& rates, size_t i,
+                    NodeLink& nl) {
   std::map<EdgeRole, std::vector<double>> own;
   for (size_t k : nl.dirs)
     if (dirs[k].rate[i] > 0) own[dirs[k].role].push_back(dirs[k].rate[i]);
