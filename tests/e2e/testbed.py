@@ -368,6 +368,10 @@ def cmd_run(a):
             print(view, flush=True)
         # Stop the capture first: a hung job's connections must still be open in the recording.
         stats = {}
+        # The interface counters just before the capture stops too: a late ACK sent between the stop and the
+        # read below is on the interface but rightly not in the capture (a full-suite run failed selftest by one
+        # 66-byte frame on two nodes); the capture must hold at least what was sent before it stopped.
+        counters_stop = {k: c.tx_bytes(k) for k in range(c.n)}
         for k, p in tcpdumps.items():
             p.send_signal(signal.SIGINT)
         for k, p in tcpdumps.items():
@@ -382,7 +386,8 @@ def cmd_run(a):
         counters1 = {k: c.tx_bytes(k) for k in range(c.n)}
         for k in range(c.n):
             stats.setdefault(c.node(k), {}).update({"iface_tx_bytes": counters1[k][0] - counters0[k][0],
-                                     "iface_tx_packets": counters1[k][1] - counters0[k][1]})
+                                     "iface_tx_packets": counters1[k][1] - counters0[k][1],
+                                     "iface_tx_bytes_at_stop": counters_stop[k][0] - counters0[k][0]})
         manifest["capture"] = stats
         if a.fabric:
             manifest["fabric"] = {"leaves": a.fabric, "spines": a.spines, "uplink_tx_bytes": c.uplink_bytes(),
