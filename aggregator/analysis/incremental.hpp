@@ -186,8 +186,7 @@ class StreamingAnalysis {
     size_t last_conns = 0;       // connections the job had then
     size_t tail_iterations = 0;  // iterations in that tail
     uint64_t analysed_ns = 0;
-    uint64_t analysed_data_ns = 0;  // the job's last transfer then (data time: agents' clocks, not ours)
-    uint64_t next_due_ns = 0;       // data time from which a periodic job is due again (kReuseMinXfers)
+    uint64_t next_due_ns = 0;  // data time from which a periodic job is due again (kReuseMinXfers)
     // Sorted durations of iterations [0, settled_n): the step time's median over all iterations without
     // re-reading them every pass.
     std::vector<uint64_t> settled_durations;

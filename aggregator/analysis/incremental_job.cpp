@@ -197,7 +197,7 @@ bool StreamingAnalysis::due(const JobSlice& sl, const History& h, uint64_t now_n
   if (h.next_due_ns) {  // periodic: its data passed the due time, or the time since its last analysis did
     // (a job with only DP traffic is silent between its syncs: the end of one shows by time, not by data).
     const uint64_t since = now_ns > h.analysed_ns ? now_ns - h.analysed_ns : 0;
-    return std::max(sl.last_ns, h.analysed_data_ns + since) >= h.next_due_ns;
+    return std::max(sl.last_ns, h.last.last_ns + since) >= h.next_due_ns;  // h.last: its data time then
   }
   return fresh * std::max<size_t>(1, h.tail_iterations) >= h.last_tail;
 }
@@ -228,7 +228,6 @@ Job StreamingAnalysis::current_job(const Normalized& n, JobSlice& sl, History& h
   h.last_tail = sl.xfers.size();
   h.last_conns = sl.conns.size();
   h.analysed_ns = now_ns;
-  h.analysed_data_ns = sl.last_ns;
   // A copy where it can stand in for an analysis: a job large enough to be skipped, or any job when a pass
   // budget may defer it.
   h.has_last = h.last_tail > kReuseMinXfers || lim_.pass_budget_ns;
