@@ -59,9 +59,14 @@ constexpr double kOrderedShare = 2.0 / 3;
 // stretches are single iterations); about 2 log2(n) candidates, each an O(n) reading.
 constexpr double kLadder = 1.41421356;
 // The period of the quiets (iteration_period.cpp) replaces a longest-quiet reading of a finer volume only
-// when that reading's lag recurs at most half as often as the best lag, the clock keeps 80 % of its ticks,
-// and with 4 ends (3 periods) at least. Measured: 0.44 of the best on the FSDP recording (its longest-quiet
-// reading holds at one double collective), 14 of 14 ticks kept; over the live engine's passes of kept
+// when that reading's lag is no period by the period search's own rule (below its need) and is far from the
+// best lag: half its hits or twice its misses. If the reading's lag were the period, its quiets would recur
+// about as reliably as at its multiples, the best lag among them; under FSDP the per-collective lag misses at
+// every switch between forward and backward units, whatever the host's load. And the clock keeps 80 % of its
+// ticks, with 4 ends (3 periods) at least. Measured (hits / misses against the best lag): the FSDP
+// recording 0.44 / 2.7x (load 11; live passes 0.45-0.56 / 2.6-4.4x), fresh FSDP runs on a quiet host
+// 0.57-0.64 / 10x to every miss; readings that are right but have a 2x lag recurring more (loaded DDP,
+// straggler, slow link, fabric recordings) 0.62-0.75 / 1.25-1.51x. Over the live engine's passes of kept
 // recordings and a synthetic DP2 x PP2 long run, the true iteration volume recurred 0.50-0.60 of a 2-30x
 // coarser lag, whose clocks kept 12 of 34, 8 of 22 ticks.
 constexpr double kReplaceShare = 0.5;
@@ -260,16 +265,18 @@ std::vector<uint64_t> periodic_ends(const std::vector<Burst>& b, const Upto& upt
     debug::appendf(
         l,
         "periodic reading: %zu ends of %.0f bytes (need %.2f); longest-quiet reading %zu ends of %.0f "
-        "(%.2f recur)",
-        r.ends.size(), r.period, r.need, out.size(), V, share);
+        "(%.2f recur) best %.2f periods %.2f",
+        r.ends.size(), r.period, r.need, out.size(), V, share, r.best,
+        (cum.back() - c0) / std::max(r.period, 1.0));
     debug::line(l);
   }
   if (r.ends.size() < kMinPeriodicEnds) return out;
-  // A coarser period replaces the reading when the reading's lag recurs at most half as often as the best
-  // lag, and the clock keeps its ticks (as many ends as periods in view: a lag that recurs only by chance
-  // loses most of them).
+  // A coarser period replaces the reading when the reading's lag is no period (below the need) and far from
+  // the best lag (half its hits or twice its misses), and the clock keeps its ticks (as many ends as periods
+  // in view: a lag that recurs only by chance loses most of them).
   double periods = (cum.back() - c0) / r.period;
-  bool coarser = share < kReplaceShare * r.best && r.period >= kMaxVolumeSpread * V &&
+  bool far = share <= kReplaceShare * r.best || 1 - share >= (1 - r.best) / kReplaceShare;
+  bool coarser = share < r.need && far && r.period >= kMaxVolumeSpread * V &&
                  static_cast<double>(r.ends.size()) >= kKeptTicks * periods;
   // The same period at another phase: the longest quiets are a backward unit's compute (FSDP), not the
   // forward pass. The volume clock's phase holds when the group's whole DP traffic is in view (closed).
