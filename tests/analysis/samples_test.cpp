@@ -79,6 +79,9 @@ INSTANTIATE_TEST_SUITE_P(
         Expect{"slowlink", k4, 2, 2, 1, "ended", 13, {{"slow_link", "n3<->n2"}}},
         Expect{"hang", k4, 2, 2, 1, "hung", 7, {{"hang", "n3"}}},
         Expect{"straggler_loaded", k4, 2, 2, 1, "ended", 23, {{"straggler", "n2"}}},
+        // OpenMPI straggler whose late receives also slowed a link into it, after the lateness began:
+        // the straggler is named, not the link.
+        Expect{"mpi_straggler_late_link", k4, 4, 1, 1, "ended", 13, {{"straggler", "n1"}}},
         // Issue 22's alarms: healthy under CPU load, a pause under load, 2x slow host links.
         Expect{"pp4_loaded", k4, 1, 4, 1, "ended", 13, {}},
         Expect{"ddp4_loaded", k4, 4, 1, 1, "ended", 13, {}},
