@@ -61,47 +61,52 @@ bool touches(const Finding& link, const std::string& node) {
   return a == node || b == node;
 }
 
-// Links found slow explain the waiting of the nodes they feed: no straggler is named next to one.
-std::vector<char> nodes_near_slow_links(const Normalized& n, const Structure& s,
-                                        const std::vector<Finding>& out) {
-  std::vector<char> near(n.nodes.size(), 0);
-  for (const auto& f : out)
-    if (f.kind == "slow_link")
-      for (const auto& e : s.edges)
-        for (uint32_t a : {e.u, e.v})
-          if (touches(f, n.nodes[a])) near[e.u] = near[e.v] = 1;
-  return near;
+// Whether a slow_link finding touches node v or one of its peers (the nodes whose waiting it explains).
+bool near_node(const Normalized& n, const Structure& s, const Finding& link, uint32_t v) {
+  if (touches(link, n.nodes[v])) return true;
+  for (const auto& e : s.edges)
+    if ((e.u == v && touches(link, n.nodes[e.v])) || (e.v == v && touches(link, n.nodes[e.u]))) return true;
+  return false;
 }
 
-// Stragglers and slow links on the same node: one cause is named. A link that was slow when (or before) the
-// node's lateness began explains it, and no straggler is named next to it. A straggler whose lateness began
-// before every slow link touching it is not their doing; those links are its effect (transfers to and from
-// a late rank stretch while it computes: its receives drain late), so they are dropped and the straggler
-// named. Measured: fresh mpi_straggler runs (n1 x1.4 from iteration 6), n1 late by 90 ms from iteration 5;
-// in 1 of 5 runs n0->n1 also ran at 0.39-0.59x of the other DP links from iteration 9. In the slow-link
-// recordings no node's lateness crosses the straggler threshold at all.
+// Stragglers and slow links near them: one cause is named. A link that was slow when (or before) a node's
+// lateness began explains it, and no straggler is named next to it. A straggler whose lateness began
+// before every slow link near it is not their doing; those links are its effect and are dropped: a late
+// rank's receives drain late, and the peers waiting on it in a collective drain theirs late too, so
+// transfers into them stretch. A slow link itself delays a node's joins only from its onset on (the
+// receiver finishes its synchronisation late, then starts its next compute late). Measured: fresh
+// mpi_straggler runs (DP4, n1 x1.4 from iteration 6), n1 late by 90 ms from iteration 5; in 1 of 5 offline
+// runs n0->n1 ran at 0.39-0.59x from iteration 9, in 1 of 3 live runs n2->n0 at 0.30-0.47x from iteration
+// 7. In the slow-link recordings no node's lateness crosses the straggler threshold at all.
 void settle_stragglers_and_links(const Normalized& n, const Structure& s, std::vector<Finding>& out,
                                  std::vector<Finding> stragglers) {
+  auto node_of = [&](const Finding& st) {
+    return static_cast<uint32_t>(std::find(n.nodes.begin(), n.nodes.end(), st.subject) - n.nodes.begin());
+  };
   std::vector<char> effect(out.size(), 0);
   for (const Finding& st : stragglers) {
+    uint32_t v = node_of(st);
+    if (v >= n.nodes.size()) continue;
     bool earlier = true, any = false;
     for (const Finding& f : out)
-      if (f.kind == "slow_link" && touches(f, st.subject)) {
+      if (f.kind == "slow_link" && near_node(n, s, f, v)) {
         any = true;
         earlier = earlier && st.first_iteration < f.first_iteration;
       }
     if (!any || !earlier) continue;
     for (size_t i = 0; i < out.size(); ++i)
-      if (out[i].kind == "slow_link" && touches(out[i], st.subject)) effect[i] = 1;
+      if (out[i].kind == "slow_link" && near_node(n, s, out[i], v)) effect[i] = 1;
   }
   std::vector<Finding> kept;
   for (size_t i = 0; i < out.size(); ++i)
     if (!effect[i]) kept.push_back(std::move(out[i]));
   out = std::move(kept);
-  std::vector<char> near = nodes_near_slow_links(n, s, out);
   for (Finding& st : stragglers) {
-    auto it = std::find(n.nodes.begin(), n.nodes.end(), st.subject);
-    if (it == n.nodes.end() || !near[static_cast<size_t>(it - n.nodes.begin())]) out.push_back(std::move(st));
+    uint32_t v = node_of(st);
+    bool near = false;
+    for (const Finding& f : out)
+      near = near || (f.kind == "slow_link" && v < n.nodes.size() && near_node(n, s, f, v));
+    if (!near) out.push_back(std::move(st));
   }
 }
 
