@@ -82,6 +82,9 @@ INSTANTIATE_TEST_SUITE_P(
         // OpenMPI straggler whose late receives also slowed a link into it, after the lateness began:
         // the straggler is named, not the link.
         Expect{"mpi_straggler_late_link", k4, 4, 1, 1, "ended", 13, {{"straggler", "n1"}}},
+        // OpenMPI DP2 (Horovod-style buckets) with a straggler: waiting for it makes quiets inside an
+        // iteration, and a reading mixing one and two iterations once held (10 ends for 15).
+        Expect{"mpi_dp2_straggler", {"n0", "n1"}, 2, 1, 1, "ended", 13, {{"straggler", "n1"}}},
         // Issue 22's alarms: healthy under CPU load, a pause under load, 2x slow host links.
         Expect{"pp4_loaded", k4, 1, 4, 1, "ended", 13, {}},
         Expect{"ddp4_loaded", k4, 4, 1, 1, "ended", 13, {}},
