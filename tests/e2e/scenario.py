@@ -68,6 +68,10 @@ SCENARIOS = {
                 "--fwd-ms", "100"],
     "mpi_straggler": ["--stack", "mpi", "--dp", "4", "--pp", "1", "--iters", "14", "--fwd-ms", "150", "--fault",
                       "straggler:node=n1,factor=1.4,from=6"],
+    # Two replicas with a straggler: the fast rank waits for each of its buckets, so quiets grow inside the
+    # iteration (a reading of one and two iterations at once once held: iteration_volume.cpp).
+    "mpi_dp2_straggler": ["--stack", "mpi", "--dp", "2", "--pp", "1", "--iters", "14", "--fwd-ms", "150", "--fault",
+                          "straggler:node=n1,factor=1.4,from=6"],
     # Issue 22's alarms (tests/e2e/alarms.py runs the whole campaign): healthy shapes under host CPU load (3
     # burners), a checkpoint-like pause under load, and a 2x degraded host link (every link shaped to a line rate,
     # the node's at half of it) where the only comparable links are one other pair, and in a DP4 ring.
