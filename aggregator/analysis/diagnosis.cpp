@@ -80,34 +80,28 @@ bool near_node(const Normalized& n, const Structure& s, const Finding& link, uin
 // 7. In the slow-link recordings no node's lateness crosses the straggler threshold at all.
 void settle_stragglers_and_links(const Normalized& n, const Structure& s, std::vector<Finding>& out,
                                  std::vector<Finding> stragglers) {
-  auto node_of = [&](const Finding& st) {
-    return static_cast<uint32_t>(std::find(n.nodes.begin(), n.nodes.end(), st.subject) - n.nodes.begin());
+  // The slow_link findings of `out` near a straggler's node (none when its subject names no node).
+  auto links_near = [&](const Finding& st) {
+    std::vector<size_t> near;
+    auto v = static_cast<uint32_t>(std::find(n.nodes.begin(), n.nodes.end(), st.subject) - n.nodes.begin());
+    if (v >= n.nodes.size()) return near;
+    for (size_t i = 0; i < out.size(); ++i)
+      if (out[i].kind == "slow_link" && near_node(n, s, out[i], v)) near.push_back(i);
+    return near;
   };
   std::vector<char> effect(out.size(), 0);
   for (const Finding& st : stragglers) {
-    uint32_t v = node_of(st);
-    if (v >= n.nodes.size()) continue;
-    bool earlier = true, any = false;
-    for (const Finding& f : out)
-      if (f.kind == "slow_link" && near_node(n, s, f, v)) {
-        any = true;
-        earlier = earlier && st.first_iteration < f.first_iteration;
-      }
-    if (!any || !earlier) continue;
-    for (size_t i = 0; i < out.size(); ++i)
-      if (out[i].kind == "slow_link" && near_node(n, s, out[i], v)) effect[i] = 1;
+    std::vector<size_t> near = links_near(st);
+    if (std::all_of(near.begin(), near.end(),
+                    [&](size_t i) { return st.first_iteration < out[i].first_iteration; }))
+      for (size_t i : near) effect[i] = 1;
   }
   std::vector<Finding> kept;
   for (size_t i = 0; i < out.size(); ++i)
     if (!effect[i]) kept.push_back(std::move(out[i]));
   out = std::move(kept);
-  for (Finding& st : stragglers) {
-    uint32_t v = node_of(st);
-    bool near = false;
-    for (const Finding& f : out)
-      near = near || (f.kind == "slow_link" && v < n.nodes.size() && near_node(n, s, f, v));
-    if (!near) out.push_back(std::move(st));
-  }
+  for (Finding& st : stragglers)
+    if (links_near(st).empty()) out.push_back(std::move(st));
 }
 
 // The hang: the job, or the node that went silent first when it stopped clearly before the others (a tenth
@@ -192,7 +186,7 @@ std::vector<Finding> diagnose(const Normalized& n, const JobSlice& job, const St
   merge_link_directions(out);
   if (iters > kWarmup + kPersist && step > 0) {
     std::vector<Finding> stragglers;
-    diagnosis_steps::straggler_findings(n, job, s, t, its, std::vector<char>(n.nodes.size(), 0), stragglers);
+    diagnosis_steps::straggler_findings(n, job, s, t, its, stragglers);
     settle_stragglers_and_links(n, s, out, std::move(stragglers));
   }
   if (state == "hung") out.push_back(hang_finding(n, job, step, iters, now_ns, job_id));

@@ -49,10 +49,9 @@ void slow_iteration_findings(const Normalized& n, const JobSlice& job, const Str
 void slow_link_findings(const Normalized& n, const JobSlice& job, const Structure& s, const Timeline& t,
                         size_t iters, std::vector<Finding>& out);
 
-// Straggler findings (diagnosis_straggler.cpp): none for a node in `near_slow_link` (a slow link explains
-// the waiting of the nodes it feeds).
+// Straggler findings (diagnosis_straggler.cpp), before they are weighed against the slow links near them
+// (diagnose(), diagnosis.cpp).
 void straggler_findings(const Normalized& n, const JobSlice& job, const Structure& s, const Timeline& t,
-                        const std::vector<Iteration>& its, const std::vector<char>& near_slow_link,
-                        std::vector<Finding>& out);
+                        const std::vector<Iteration>& its, std::vector<Finding>& out);
 
 }  // namespace netprism::analysis::diagnosis_steps

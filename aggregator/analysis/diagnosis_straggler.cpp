@@ -345,8 +345,7 @@ Finding straggler_finding(const Normalized& n, const JobSlice& job, const Struct
 }  // namespace
 
 void straggler_findings(const Normalized& n, const JobSlice& job, const Structure& s, const Timeline& t,
-                        const std::vector<Iteration>& its, const std::vector<char>& near_slow_link,
-                        std::vector<Finding>& out) {
+                        const std::vector<Iteration>& its, std::vector<Finding>& out) {
   size_t iters = its.size();
   double step = t.step_ns;
   std::vector<int> pos(n.nodes.size(), -1);
@@ -384,7 +383,7 @@ void straggler_findings(const Normalized& n, const JobSlice& job, const Structur
     std::vector<double> ratio = compute_growth(ch, c, unit, L.flag[c], first);
     size_t st = slowest_stage(ratio);
     uint32_t v = job.nodes[ch.chains[c][st]];
-    if (near_slow_link[v] || (ch.chains.size() == 1 && stretched_alike(ratio, st))) continue;
+    if (ch.chains.size() == 1 && stretched_alike(ratio, st)) continue;
     out.push_back(straggler_finding(n, job, s, t, its, ch, L, c, first, v, ratio, baseline));
   }
 }

@@ -265,21 +265,20 @@ std::vector<uint64_t> periodic_ends(const std::vector<Burst>& b, const Upto& upt
   double V = median(vol), share = iteration_period::recurring(s, V);
   double c0 = b.front().start > 0 ? upto(b.front().start - 1) : 0;
   iteration_period::Reading r = iteration_period::periodic_reading(s, cum, c0);
+  const double periods = (cum.back() - c0) / std::max(r.period, 1.0);  // periods in view (none: r.period 0)
   if (debug::lines_on()) {
     std::string l;
     debug::appendf(
         l,
         "periodic reading: %zu ends of %.0f bytes (need %.2f); longest-quiet reading %zu ends of %.0f "
         "(%.2f recur) best %.2f periods %.2f",
-        r.ends.size(), r.period, r.need, out.size(), V, share, r.best,
-        (cum.back() - c0) / std::max(r.period, 1.0));
+        r.ends.size(), r.period, r.need, out.size(), V, share, r.best, periods);
     debug::line(l);
   }
   if (r.ends.size() < kMinPeriodicEnds) return out;
   // A coarser period replaces the reading when the reading's lag is no period (below the need) and far from
   // the best lag (half its hits or twice its misses), and the clock keeps its ticks (as many ends as periods
   // in view: a lag that recurs only by chance loses most of them).
-  double periods = (cum.back() - c0) / r.period;
   bool far = share <= kReplaceShare * r.best || 1 - share >= (1 - r.best) / kReplaceShare;
   bool coarser = share < r.need && far && r.period >= kMaxVolumeSpread * V &&
                  static_cast<double>(r.ends.size()) >= kKeptTicks * periods;
