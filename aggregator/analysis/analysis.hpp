@@ -27,6 +27,7 @@ struct EventFields {
   bool from_counters = false;  // made from RDMA port counters + QP table (counters_source.cpp), not observed
   int8_t dir = -1;             // enum np_direction, or -1 when unknown (CSV)
   uint16_t tcp_flags = 0;      // OR of flags seen (FIN 0x01, SYN 0x02, RST 0x04)
+  uint32_t sampled_1_in = 0;   // one 1:N packet sample (sFlow): N; 0 when every packet was seen
   uint64_t first_ns = 0;
   uint64_t last_ns = 0;
   uint64_t bytes = 0;

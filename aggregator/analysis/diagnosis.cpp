@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "debug_log.hpp"
 #include "diagnosis_steps.hpp"
 
 namespace netprism::analysis {
@@ -136,40 +137,81 @@ Finding hang_finding(const Normalized& n, const JobSlice& job, double step, size
   return f;
 }
 
+// What the source shows of a job's teardown. A full view (agents, IPFIX, CSV with flags) sees every
+// connection's FIN or RST; 1:N packet samples (sFlow) see a connection's teardown only when one of its two
+// FINs was sampled, p = 1 - (1 - 1/N)^2: 0.36 at 1:5, 0.002 at 1:1000. A job has ended when at least
+// kEndedShare of the teardowns the source could show are there; it has not when an end would have shown
+// more with probability 1 - kTeardownAlpha (a full view: fewer than kEndedShare closed); between the two the
+// source cannot tell an end from a hang (a testbed job at 1:5 has 6-12 connections: P(none seen | end)
+// 0.5-7 %; at switches' usual 1:1000 and above, always).
+enum class Teardown { ended, not_ended, unknown };
+constexpr double kTeardownAlpha = 0.01;
+
+Teardown teardown_seen(const Normalized& n, const JobSlice& job) {
+  size_t closed = 0;
+  double expect = 0;
+  std::vector<double> p;
+  p.reserve(job.conns.size());
+  for (uint32_t c : job.conns) {
+    const Conn& k = n.conns[c];
+    closed += k.closed ? 1 : 0;
+    double miss = k.sampled_1_in > 1 ? 1.0 - 1.0 / k.sampled_1_in : 0.0;
+    p.push_back(1.0 - miss * miss);
+    expect += p.back();
+  }
+  if (job.conns.empty()) return Teardown::not_ended;
+  if (static_cast<double>(closed) >= kEndedShare * expect) return Teardown::ended;
+  // P(at most `closed` teardowns seen | every connection closed): the Poisson-binomial CDF, by dynamic
+  // programming over the connections (closed < expect / 2 states).
+  std::vector<double> at(closed + 1, 0.0);
+  at[0] = 1;
+  for (double q : p)
+    for (size_t k = closed + 1; k-- > 0;) at[k] = at[k] * (1 - q) + (k > 0 ? at[k - 1] * q : 0.0);
+  double cdf = 0;
+  for (double v : at) cdf += v;
+  if (debug::lines_on()) {
+    std::string l;
+    debug::appendf(l, "teardown: %zu of %zu connections closed, %.2f expected at an end, P(so few) %.4f",
+                   closed, p.size(), expect, cdf);
+    debug::line(l);
+  }
+  return cdf < kTeardownAlpha ? Teardown::not_ended : Teardown::unknown;
+}
+
+// Sources without TCP flags (flow CSV): a normal exit still shows as the teardown of every connection of the
+// job at once: the ones idle since start-up (all-pairs process-group connections, the rendezvous store)
+// carry their last packets after the last training transfer. A hang leaves them silent.
+bool idle_connections_woke(const Normalized& n, const JobSlice& job) {
+  std::vector<char> in_job(n.nodes.size(), 0), training(n.conns.size(), 0);
+  for (uint32_t v : job.nodes) in_job[v] = 1;
+  for (uint32_t c : job.conns) training[c] = 1;
+  size_t idle = 0, woke = 0;
+  for (size_t c = 0; c < n.conns.size(); ++c) {
+    const Conn& k = n.conns[c];
+    if (training[c] || !in_job[k.a] || !in_job[k.b] || k.first_ns > job.first_ns) continue;
+    ++idle;
+    woke += k.last_ns > job.last_ns ? 1 : 0;
+  }
+  return idle > 0 && static_cast<double>(woke) >= kEndedShare * static_cast<double>(idle);
+}
+
 }  // namespace
 
 std::string job_state(const Normalized& n, const JobSlice& job, double step_ns, size_t iterations) {
   uint64_t now_ns = n.now_ns;
-  size_t closed = 0;
-  for (uint32_t c : job.conns) closed += n.conns[c].closed ? 1 : 0;
-  if (!job.conns.empty() &&
-      static_cast<double>(closed) >= kEndedShare * static_cast<double>(job.conns.size()))
-    return "ended";
-  // Sources without TCP flags (flow CSV): a normal exit still shows as the teardown of every connection of
-  // the job at once: the ones idle since start-up (all-pairs process-group connections, the rendezvous
-  // store) carry their last packets after the last training transfer. A hang leaves them silent.
-  {
-    std::vector<char> in_job(n.nodes.size(), 0), training(n.conns.size(), 0);
-    for (uint32_t v : job.nodes) in_job[v] = 1;
-    for (uint32_t c : job.conns) training[c] = 1;
-    size_t idle = 0, woke = 0;
-    for (size_t c = 0; c < n.conns.size(); ++c) {
-      const Conn& k = n.conns[c];
-      if (training[c] || !in_job[k.a] || !in_job[k.b] || k.first_ns > job.first_ns) continue;
-      ++idle;
-      woke += k.last_ns > job.last_ns ? 1 : 0;
-    }
-    if (idle > 0 && static_cast<double>(woke) >= kEndedShare * static_cast<double>(idle)) return "ended";
-  }
+  Teardown td = teardown_seen(n, job);
+  if (td == Teardown::ended || idle_connections_woke(n, job)) return "ended";
   // A recording whose last event is the job's last transfer (a simulator's or collector's export that stops
   // with the traffic it holds) shows no silence after the job at all: nothing to call a hang, and as far as
   // the recording goes the job's traffic is complete.
   if (n.offline && now_ns <= job.last_ns) return "ended";
+  // A silent job whose source cannot show its teardown (sampled) may have ended or hung: idle, not a hang.
+  const char* stopped = td == Teardown::unknown ? "idle" : "hung";
   // A recording: periodic traffic that stopped without a teardown stopped for good (see Input::offline).
-  if (n.offline) return iterations >= 2 ? "hung" : "idle";
+  if (n.offline) return iterations >= 2 ? stopped : "idle";
   uint64_t quiet = now_ns > job.last_ns ? now_ns - job.last_ns : 0;
   double hang_after = std::max(kHangSteps * step_ns, static_cast<double>(kHangMinNs));
-  if (step_ns > 0 && static_cast<double>(quiet) > hang_after) return "hung";
+  if (step_ns > 0 && static_cast<double>(quiet) > hang_after) return stopped;
   // No period yet (fewer than two iterations): silence is idleness, not a hang.
   if (step_ns <= 0 && quiet > kHangMinNs) return "idle";
   return "running";

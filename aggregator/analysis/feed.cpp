@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "feed.hpp"
 
 namespace netprism::analysis {
@@ -10,6 +12,8 @@ EventFields event_fields(const Flowlet& f) {
   e.proto = f.key.proto;
   e.dir = static_cast<int8_t>(f.key.dir);
   e.tcp_flags = f.tcp_flags;
+  if (f.end_reason == NP_END_SAMPLE)
+    e.sampled_1_in = static_cast<uint32_t>(std::min<uint64_t>(f.packets, UINT32_MAX));
   e.first_ns = f.first_ns;
   e.last_ns = f.last_ns;
   e.bytes = f.bytes;

@@ -172,6 +172,7 @@ void StreamingAnalysis::add(const Event& e, uint64_t fh) {
   c.last_ns = std::max(c.last_ns, e.last_ns);
   if (e.tcp_flags & (kFin | kRst)) c.closed = true;
   if (e.from_counters) c.from_counters = true;
+  c.sampled_1_in = std::max(c.sampled_1_in, e.sampled_1_in);
   uint64_t bytes = data_bytes_of(e);
   if (bytes == 0) return;
   // Once the sender's own view is chosen the choice is final: another observer's transfers are used only

@@ -111,6 +111,7 @@ Normalized StreamingAnalysis::connection_table(uint64_t now_ns) {
     c.last_ns = cs.last_ns;
     c.closed = cs.closed;
     c.from_counters = cs.from_counters;
+    c.sampled_1_in = cs.sampled_1_in;
     c.label = cs.label;
     c.addr_a = cs.key.a;
     c.addr_b = cs.key.b;

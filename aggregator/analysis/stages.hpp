@@ -125,6 +125,7 @@ struct Conn {
   uint64_t first_ns = UINT64_MAX;  // any packet, data or not
   uint64_t last_ns = 0;
   bool closed = false;         // FIN or RST seen in either direction by any observer
+  uint32_t sampled_1_in = 0;   // its events are 1:N packet samples: the largest N (0: every packet seen)
   bool from_counters = false;  // its transfers were made from RDMA port counters (counters_source.cpp)
   std::string label;           // "src:port<->dst:port" for evidence text
   // The endpoint pair regardless of ports: interned address ids in ConnKey order, and the protocol. The

@@ -1,11 +1,11 @@
 // sFlow v5 (sflow.org/sflow_version_5.txt): flow samples (compact and expanded) with raw packet header
 // records, parsed by the probe's own packet parser (packet.h), RoCEv2 BTH included (destination QP, opcode
 // class). Counter samples and other record types are skipped. sFlow keeps no per-exporter state, so nothing
-// here grows with the number of agents.
+// here grows with the number of agents. Each sample is a flowlet of its own, marked NP_END_SAMPLE with
+// packets = N: the analysis needs N to know what a sample can show (a connection's FIN is seen only if one
+// of its packets was sampled, diagnosis.cpp job_state), and merging a datagram's samples of one key would
+// hide it.
 #include <algorithm>
-#include <array>
-#include <cstring>
-#include <map>
 
 #include "flowin.hpp"
 #include "netprism/addr.hpp"
@@ -27,7 +27,6 @@ class SflowDecoder final : public Decoder {
               std::vector<Flowlet>& out, std::string& node_out, std::string& err) override {
     stats_.datagrams++;
     node_out = exporter_node(Protocol::kSflow, exporter);
-    size_t first = out.size();
     try {
       Reader r(d);
       uint64_t version = r.uint(4, "version");
@@ -48,11 +47,9 @@ class SflowDecoder final : public Decoder {
         else
           stats_.skipped_records++;  // counter samples, vendor formats
       }
-      merge(out, first);
       return true;
     } catch (const DecodeError& e) {
       stats_.errors++;
-      merge(out, first);
       err = exporter + ": " + e.what();
       return false;
     }
@@ -95,6 +92,7 @@ class SflowDecoder final : public Decoder {
         f.key.ifindex = input;
         f.key.dir = NP_DIR_EGRESS;
         f.first_ns = f.last_ns = recv_ns;  // samples carry no time: the datagram's arrival
+        f.end_reason = NP_END_SAMPLE;
         f.packets = rate;
         f.bytes *= rate;
         f.payload_bytes *= rate;
@@ -137,28 +135,6 @@ class SflowDecoder final : public Decoder {
     f.tcp_flags = p.tcp_flags & 0xff;
     if (p.roce_class < NP_ROCE_CLASSES) f.roce_ops[p.roce_class] = 1;
     return true;
-  }
-
-  // Samples of one datagram that share a flow key become one flowlet (they carry the same time anyway).
-  static void merge(std::vector<Flowlet>& out, size_t first) {
-    std::map<std::array<uint8_t, sizeof(np_flow_key)>, size_t> at;
-    size_t kept = first;
-    for (size_t i = first; i < out.size(); ++i) {
-      std::array<uint8_t, sizeof(np_flow_key)> k;
-      std::memcpy(k.data(), &out[i].key, k.size());
-      auto [pos, fresh] = at.try_emplace(k, kept);
-      if (fresh) {
-        out[kept++] = out[i];
-        continue;
-      }
-      Flowlet& m = out[pos->second];
-      m.packets += out[i].packets;
-      m.bytes += out[i].bytes;
-      m.payload_bytes += out[i].payload_bytes;
-      m.tcp_flags |= out[i].tcp_flags;
-      for (int c = 0; c < NP_ROCE_CLASSES; ++c) m.roce_ops[c] += out[i].roce_ops[c];
-    }
-    out.resize(kept);
   }
 
   std::vector<uint8_t> frame_;  // scratch for headerless samples

@@ -32,6 +32,7 @@ enum np_end_reason {
   NP_END_MAX_DURATION = 2, /* the burst reached the maximum duration and was cut */
   NP_END_IDLE_FLUSH = 3,   /* user space flushed an idle flow's last burst */
   NP_END_SHUTDOWN = 4,     /* the agent flushed everything on exit */
+  NP_END_SAMPLE = 5,       /* not a burst: one 1:N packet sample (sFlow); packets holds N, bytes are scaled */
 };
 
 /* RoCE opcode classes counted per burst (index into roce_ops). */

@@ -229,15 +229,16 @@ TEST(NetflowV9, SamplingFromAnOptionsTemplateScalesCounts) {
   EXPECT_EQ(out[0].bytes, 1500u * 64);
 }
 
-// sFlow v5: one expanded flow sample (1:N) with a raw Ethernet header record.
-std::vector<uint8_t> sflow_dg(const std::vector<uint8_t>& frame, uint32_t frame_len, uint32_t rate) {
+// sFlow v5: `samples` copies of one expanded flow sample (1:N) with a raw Ethernet header record.
+std::vector<uint8_t> sflow_dg(const std::vector<uint8_t>& frame, uint32_t frame_len, uint32_t rate,
+                              uint32_t samples = 1) {
   Bytes rec, smp, dg;
   rec.u(1, 4).u(frame_len + 4, 4).u(4, 4).u(frame.size(), 4).raw(frame);
   while (rec.b.size() % 4) rec.u(0, 1);
   smp.u(1, 4).u(0, 4).u(3, 4).u(rate, 4).u(rate * 10, 4).u(0, 4).u(0, 4).u(7, 4).u(0, 4).u(8, 4).u(1, 4);
   smp.u(1, 4).u(rec.b.size(), 4).raw(rec.b);
-  dg.u(5, 4).u(1, 4).ip4("192.0.2.77").u(0, 4).u(1, 4).u(1000, 4).u(1, 4);
-  dg.u(3, 4).u(smp.b.size(), 4).raw(smp.b);
+  dg.u(5, 4).u(1, 4).ip4("192.0.2.77").u(0, 4).u(1, 4).u(1000, 4).u(samples, 4);
+  for (uint32_t i = 0; i < samples; ++i) dg.u(3, 4).u(smp.b.size(), 4).raw(smp.b);
   return dg.b;
 }
 std::vector<uint8_t> roce_frame(uint32_t qpn, uint8_t opcode, uint16_t ip_len) {
@@ -266,6 +267,21 @@ TEST(Sflow, RoceSampleGivesQpnOpcodeClassAndScaledCounts) {
   EXPECT_EQ(f.bytes, 1052u * 1000);
   EXPECT_EQ(f.payload_bytes, (1052u - 28) * 1000);
   EXPECT_EQ(f.first_ns, 42u);
+  EXPECT_EQ(f.end_reason, NP_END_SAMPLE);
+}
+
+// Each sample stays a flowlet of its own, so its packets field is the sampling rate N the analysis needs
+// (what share of teardowns a 1:N source can show): two samples of one flow in a datagram are two flowlets.
+TEST(Sflow, EverySampleIsItsOwnFlowletCarryingItsRate) {
+  auto d = make_decoder(Protocol::kSflow);
+  std::vector<Flowlet> out;
+  ASSERT_TRUE(run(*d, sflow_dg(roce_frame(0x42, 0x0a, 1052), 1066 + 4, 5, 2), out));
+  ASSERT_EQ(out.size(), 2u);
+  for (const Flowlet& f : out) {
+    EXPECT_EQ(f.end_reason, NP_END_SAMPLE);
+    EXPECT_EQ(f.packets, 5u);
+    EXPECT_EQ(f.bytes, 1052u * 5);
+  }
 }
 
 TEST(Sflow, CounterSamplesAndNonIpAreSkipped) {

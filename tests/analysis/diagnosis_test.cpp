@@ -1,6 +1,9 @@
 // Stage 5: findings and job state on synthetic faults; healthy and benign runs give no finding.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+
 #include "netprism/flowlet.h"
 #include "synth.hpp"
 
@@ -197,6 +200,61 @@ TEST(AnalysisDiagnosis, HangDetectedLiveWithinTheBoundAndNotBefore) {
   auto f = of_kind(late.jobs[0], "hang");
   ASSERT_EQ(f.size(), 1u);
   EXPECT_GT(f[0].start_ns, 0u);
+}
+
+// 1:N packet samples (sFlow) show a connection's teardown only if one of its FINs was sampled: a silent job
+// is a hang only when an end would have shown more teardowns (diagnosis.cpp teardown_seen).
+TEST(AnalysisDiagnosis, SampledSourceCallsASilenceAHangOnlyWhenAnEndWouldHaveShown) {
+  synth::Spec s;
+  s.dp = 4;
+  s.pp = 2;
+  s.iters = 14;
+  s.hang_at = 8;
+  s.teardown = false;
+  auto state_at = [&](uint32_t one_in) {
+    Input in;
+    synth::generate(s, in);
+    for (auto& e : in.events) e.sampled_1_in = one_in;
+    in.offline = true;
+    in.now_ns = 0;
+    for (auto& e : in.events) in.now_ns = std::max(in.now_ns, e.last_ns + 10'000'000'000);
+    auto r = analyze(in);
+    EXPECT_EQ(r.jobs.size(), 1u);
+    return r.jobs.empty() ? Job{} : r.jobs[0];
+  };
+  Job rare = state_at(1000);  // P(a teardown seen) 0.002 per connection: silence says nothing
+  EXPECT_EQ(rare.state, "idle");
+  EXPECT_TRUE(of_kind(rare, "hang").empty());
+  Job dense = state_at(2);  // 0.75 per connection: an end would have shown
+  EXPECT_EQ(dense.state, "hung");
+  EXPECT_EQ(of_kind(dense, "hang").size(), 1u);
+}
+
+TEST(AnalysisDiagnosis, SampledTeardownsCountAgainstWhatTheSamplingCanShow) {
+  synth::Spec s;
+  s.dp = 4;
+  s.pp = 2;
+  s.iters = 10;
+  Input in;
+  synth::generate(s, in);
+  // At 1:5 about a third of the connections show their FIN (1 - 0.8^2 = 0.36): keep every third's.
+  std::map<std::pair<std::string, std::string>, int> pair_no;
+  std::erase_if(in.events, [&](const FlowEvent& e) {
+    if (!(e.tcp_flags & 0x01)) return false;
+    auto key = std::minmax(e.src, e.dst);
+    auto it = pair_no.try_emplace({key.first, key.second}, static_cast<int>(pair_no.size())).first;
+    return it->second % 3 != 0;
+  });
+  in.offline = true;
+  for (auto& e : in.events) in.now_ns = std::max(in.now_ns, e.last_ns + 10'000'000'000);
+  auto full_view = analyze(in);
+  ASSERT_EQ(full_view.jobs.size(), 1u);
+  EXPECT_EQ(full_view.jobs[0].state, "hung");  // a full view that lost two thirds of its FINs: not an end
+  for (auto& e : in.events) e.sampled_1_in = 5;
+  auto sampled = analyze(in);
+  ASSERT_EQ(sampled.jobs.size(), 1u);
+  EXPECT_EQ(sampled.jobs[0].state, "ended");
+  EXPECT_TRUE(of_kind(sampled.jobs[0], "hang").empty());
 }
 
 TEST(AnalysisDiagnosis, SlowIterationUsesRobustStatistics) {

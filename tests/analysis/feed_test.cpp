@@ -67,6 +67,10 @@ TEST(AnalysisFeed, FlowEventOfAFlowletCarriesEveryField) {
   EXPECT_TRUE(static_cast<const EventFields&>(got) == want);  // every field but the names
   EXPECT_FALSE(is_v6(got.src));
   EXPECT_TRUE(is_v6(got.dst));
+  EXPECT_EQ(got.sampled_1_in, 0u);  // a burst the probe saw whole
+  Flowlet sample = flowlet_of(want);
+  sample.end_reason = NP_END_SAMPLE;  // one 1:3 packet sample (sFlow): packets holds N
+  EXPECT_EQ(flow_event("n1", sample).sampled_1_in, 3u);
 }
 
 // The daemon adds each stored batch's flowlets through FlowletFeed (ids cached by binary address, netprism's

@@ -145,6 +145,9 @@ class Exporters:
                     "-t", f"general={active_s}", "-t", "expint=1", "-p", os.path.join(out, "softflowd.pid"),
                     "-c", self.ctl],
                    stdout=self.log("softflowd"), stderr=subprocess.STDOUT)
+        # tcp.fin / tcp.rst: nfprobe holds a flow that saw a FIN or RST for its post-FIN timeout (300 s by
+        # default; maxlife does not cut it short), so the job's last records, the ones with its teardown, did
+        # not leave within the run and the analysis read the healthy job as hung.
         conf = os.path.join(out, "pmacctd.conf")
         with open(conf, "w") as f:
             f.write(f"""daemonize: false
@@ -152,7 +155,7 @@ pcap_interface: {self.mon}
 plugins: nfprobe[nf], sfprobe[sf]
 nfprobe_receiver[nf]: 127.0.0.1:{self.ports['nfprobe']}
 nfprobe_version[nf]: 10
-nfprobe_timeouts[nf]: maxlife={active_s}:tcp={active_s}:udp={active_s}:general={active_s}:expint=1
+nfprobe_timeouts[nf]: maxlife={active_s}:tcp={active_s}:tcp.fin={active_s}:tcp.rst={active_s}:udp={active_s}:general={active_s}:expint=1
 sfprobe_receiver[sf]: 127.0.0.1:{self.ports['sfprobe']}
 sfprobe_agentip[sf]: {c.host_ip}
 sampling_rate[sf]: {sampling}
@@ -332,7 +335,12 @@ def check_live(live, want_nodes, host_ip):
         if agents.get(node, {}).get("records", 0) == 0:
             bad.append(f"live: exporter node {node} missing or without records: {sorted(agents)}")
     jobs = [sorted(j["nodes"]) for j in live["jobs"].get("jobs", [])]
-    print(f"  live (--flow-listen): exporters {sorted(agents)}, jobs {jobs}")
+    states = [j.get("state") for j in live["jobs"].get("jobs", [])]
+    print(f"  live (--flow-listen): exporters {sorted(agents)}, jobs {jobs}, states {states}")
+    # The job ended normally: its teardown is in the exporters' records (every packet for IPFIX), so it must
+    # not read as hung once silent.
+    bad += [f"live: the finished job reads {st}" for nodes, st in zip(jobs, states)
+            if nodes == want_nodes and st == "hung"]
     return bad + check_jobs("live", jobs, want_nodes)
 
 
