@@ -94,6 +94,7 @@ Result analyze_normalized(const Normalized& n, const Fabric& fabric, bool with_c
     j.iterations = iterations_of(n, slice, s, t);
     j.step_time_ms = t.step_ns / 1e6;
     j.time_resolution_ms = coarse_resolution_ns(slice, s) / 1e6;
+    j.step_time_ms = coarse_step_ns(j.iterations, j.time_resolution_ms * 1e6, j.step_time_ms * 1e6) / 1e6;
     j.state = job_state(n, slice, t.step_ns, j.iterations.size());
     j.findings = diagnose(n, slice, s, t, j.iterations, j.state, n.now_ns, j.id);
     if (!fabric.empty()) crossing.push_back({j.id, direction_states(n, slice, s, t, j.iterations.size())});

@@ -269,6 +269,7 @@ Job StreamingAnalysis::analyse_job(const Normalized& n, JobSlice& sl, History& h
   j.iterations = h.iterations;
   j.step_time_ms = (young ? t.step_ns : step_median(h, prefix)) / 1e6;
   j.time_resolution_ms = coarse_resolution_ns(sl, s) / 1e6;
+  j.step_time_ms = coarse_step_ns(j.iterations, j.time_resolution_ms * 1e6, j.step_time_ms * 1e6) / 1e6;
   j.state = job_state(n, sl, t.step_ns, j.iterations.size());
   merge_findings(h, diagnose(n, sl, s, t, local, j.state, n.now_ns, id), local, young);
   if (!fabric_.empty()) note_directions(h, direction_states(n, sl, s, t, local.size()));

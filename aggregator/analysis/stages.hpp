@@ -93,8 +93,11 @@ struct Xfer {
 // An event's packet count as Xfer keeps it, for coarse(): saturating (a record of 4 billion packets is coarse
 // anyway), and 0 for a transfer made from RDMA port counters, whose count is a counter delta over a sampling
 // interval, not a record's packet train. normalize() and the streaming engine share it.
+// A 1:N packet sample (sFlow) is one packet taken anywhere in its window (first_ns..last_ns: the agent's
+// flush interval, flowin/sflow.cpp): as far as timing goes, a train of two packets at the window's ends.
 inline uint32_t record_packets(const EventFields& e) {
   if (e.from_counters) return 0;
+  if (e.sampled_1_in > 0) return 2;
   return e.packets > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(e.packets);
 }
 
@@ -227,6 +230,9 @@ double sync_order(const std::vector<uint64_t>& ends_u, const std::vector<uint64_
 // coarse() records: their bytes-weighted median duration, the resolution of the job's iteration times;
 // 0 otherwise.
 double coarse_resolution_ns(const JobSlice& job, const Structure& s);
+// The step of a job whose iteration times rest on coarse records: the mean over its iterations, else
+// `measured_ns` (see coarse_records.cpp).
+double coarse_step_ns(const std::vector<Iteration>& its, double resolution_ns, double measured_ns);
 
 // Iteration boundaries plus per-node phases of each iteration.
 struct Timeline {

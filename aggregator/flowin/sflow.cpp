@@ -1,11 +1,13 @@
 // sFlow v5 (sflow.org/sflow_version_5.txt): flow samples (compact and expanded) with raw packet header
 // records, parsed by the probe's own packet parser (packet.h), RoCEv2 BTH included (destination QP, opcode
-// class). Counter samples and other record types are skipped. sFlow keeps no per-exporter state, so nothing
-// here grows with the number of agents. Each sample is a flowlet of its own, marked NP_END_SAMPLE with
+// class). Counter samples and other record types are skipped. The only per-agent state is when its last
+// flush arrived (bounded, see kMaxAgents). Each sample is a flowlet of its own, marked NP_END_SAMPLE with
 // packets = N: the analysis needs N to know what a sample can show (a connection's FIN is seen only if one
 // of its packets was sampled, diagnosis.cpp job_state), and merging a datagram's samples of one key would
 // hide it.
 #include <algorithm>
+#include <string>
+#include <unordered_map>
 
 #include "flowin.hpp"
 #include "netprism/addr.hpp"
@@ -20,6 +22,19 @@ constexpr uint32_t kHeaderEthernet = 1, kHeaderIpv4 = 11, kHeaderIpv6 = 12;
 // A sampled header is at most a few hundred bytes (sFlow agents default to 128); 64 KiB bounds the copy a
 // headerless (IPv4/IPv6) sample needs to be given an Ethernet header.
 constexpr size_t kMaxHeader = 65535;
+
+// When a sample was taken. A sample carries no time, its datagram only an arrival: an agent holds samples
+// until a datagram fills or its flush tick comes, then sends what it holds back to back (pmacct's sfprobe:
+// a 1 s tick; the testbed's capture has runs of up to 14 datagrams within 3 ms, one run per second;
+// hsflowd's tick is 1 s too). So a sample lies after the agent's previous flush and at most one tick before
+// its datagram arrived: its flowlet spans that window (first_ns..last_ns), which the analysis reads as a
+// coarse record when it is longer than its episode gap (coarse_records.cpp). Datagrams within kRunGapNs of
+// the one before and kRunSpanNs of the run's first are one flush; an agent streaming full datagrams back to
+// back (a busy switch) starts a new run every kRunSpanNs, so its windows stay that short.
+constexpr uint64_t kRunGapNs = 1'000'000;
+constexpr uint64_t kRunSpanNs = 10'000'000;
+constexpr uint64_t kMaxHoldNs = 1'000'000'000;
+constexpr size_t kMaxAgents = 65536;  // forget every agent's last flush past this many (a scan, not a fabric)
 
 class SflowDecoder final : public Decoder {
  public:
@@ -38,12 +53,13 @@ class SflowDecoder final : public Decoder {
       r.uint(4, "uptime");
       uint64_t n = r.uint(4, "sample count");
       if (n > r.left() / 8) throw DecodeError(std::to_string(n) + " samples cannot fit the datagram");
+      uint64_t from = held_since(node_out, recv_ns);
       for (uint64_t i = 0; i < n; ++i) {
         uint64_t format = r.uint(4, "sample format");
         size_t len = r.uint(4, "sample length");
         Reader s = r.sub(len, "sample");
         if (format == kFlowSample || format == kExpandedFlowSample)
-          flow_sample(s, format == kExpandedFlowSample, recv_ns, out);
+          flow_sample(s, format == kExpandedFlowSample, from, recv_ns, out);
         else
           stats_.skipped_records++;  // counter samples, vendor formats
       }
@@ -72,7 +88,22 @@ class SflowDecoder final : public Decoder {
     throw DecodeError("agent address type " + std::to_string(type) + " is neither IPv4 (1) nor IPv6 (2)");
   }
 
-  void flow_sample(Reader& s, bool expanded, uint64_t recv_ns, std::vector<Flowlet>& out) {
+  // The earliest time a sample of the datagram arriving now from `agent` can have been taken (see kRunGapNs).
+  uint64_t held_since(const std::string& agent, uint64_t recv_ns) {
+    if (flush_.size() >= kMaxAgents && !flush_.count(agent)) flush_.clear();
+    auto [it, fresh] = flush_.try_emplace(agent);
+    Flush& f = it->second;
+    bool same_run = !fresh && recv_ns <= f.last + kRunGapNs && recv_ns <= f.run_start + kRunSpanNs;
+    if (!same_run) {
+      uint64_t earliest = recv_ns > kMaxHoldNs ? recv_ns - kMaxHoldNs : 0;
+      f.from = fresh || f.last >= recv_ns ? recv_ns : std::max(f.last, earliest);
+      f.run_start = recv_ns;
+    }
+    f.last = std::max(f.last, recv_ns);
+    return std::min(f.from, recv_ns);
+  }
+
+  void flow_sample(Reader& s, bool expanded, uint64_t from, uint64_t recv_ns, std::vector<Flowlet>& out) {
     s.uint(4, "sample sequence number");
     s.uint(expanded ? 8 : 4, "source id");
     uint64_t rate = std::max<uint64_t>(s.uint(4, "sampling rate"), 1);
@@ -91,7 +122,8 @@ class SflowDecoder final : public Decoder {
       if (raw_header(rec, f)) {
         f.key.ifindex = input;
         f.key.dir = NP_DIR_EGRESS;
-        f.first_ns = f.last_ns = recv_ns;  // samples carry no time: the datagram's arrival
+        f.first_ns = from;  // samples carry no time: between the agent's previous flush and this one
+        f.last_ns = recv_ns;
         f.end_reason = NP_END_SAMPLE;
         f.packets = rate;
         f.bytes *= rate;
@@ -137,6 +169,12 @@ class SflowDecoder final : public Decoder {
     return true;
   }
 
+  struct Flush {
+    uint64_t last = 0;       // the agent's latest datagram
+    uint64_t run_start = 0;  // the first datagram of its current flush
+    uint64_t from = 0;       // the current flush's samples were taken after this
+  };
+  std::unordered_map<std::string, Flush> flush_;
   std::vector<uint8_t> frame_;  // scratch for headerless samples
 };
 

@@ -284,6 +284,34 @@ TEST(Sflow, EverySampleIsItsOwnFlowletCarryingItsRate) {
   }
 }
 
+// A sample lies between its agent's previous flush and its datagram's arrival, at most one flush tick (1 s)
+// before it; datagrams sent back to back are one flush.
+TEST(Sflow, SampleSpansItsAgentsFlushInterval) {
+  using W = std::pair<uint64_t, uint64_t>;
+  auto d = make_decoder(Protocol::kSflow);
+  const auto dg = sflow_dg(roce_frame(0x42, 0x0a, 1052), 1066 + 4, 5);
+  auto window = [&](uint64_t at) {
+    std::vector<Flowlet> out;
+    std::string node, err;
+    EXPECT_TRUE(d->decode("192.0.2.9", 6343, at, dg, out, node, err)) << err;
+    EXPECT_EQ(out.size(), 1u);
+    return out.empty() ? W{} : W{out[0].first_ns, out[0].last_ns};
+  };
+  constexpr uint64_t s = 1'000'000'000, us = 1'000;
+  EXPECT_EQ(window(100 * s), (W{100 * s, 100 * s}));                                // first heard: no window
+  EXPECT_EQ(window(100 * s + 700'000 * us), (W{100 * s, 100 * s + 700'000 * us}));  // since last flush
+  EXPECT_EQ(window(100 * s + 700'300 * us), (W{100 * s, 100 * s + 700'300 * us}));  // same flush
+  EXPECT_EQ(window(109 * s), (W{108 * s, 109 * s}));  // never more than 1 s back
+  // A busy agent streaming datagrams 0.5 ms apart starts a new flush every 10 ms: short windows once its
+  // first flush (which may hold samples from up to 1 s before, after a quiet) is over.
+  uint64_t t = 200 * s, widest = 0;
+  for (int i = 0; i < 100; ++i, t += 500 * us) {
+    auto [from, to] = window(t);
+    if (i >= 30) widest = std::max(widest, to - from);
+  }
+  EXPECT_LE(widest, 10'500 * us);
+}
+
 TEST(Sflow, CounterSamplesAndNonIpAreSkipped) {
   auto d = make_decoder(Protocol::kSflow);
   auto arp = roce_frame(1, 0, 100);
