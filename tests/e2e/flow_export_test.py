@@ -13,9 +13,11 @@ flows.csv) is analysed too, for the comparison table docs/formats.md quotes.
 
 Asserts: for every source, exactly one job with the truth's nodes (and for the probe its exact parallelism);
 byte totals per node pair within 5 % of the probe's for the unsampled sources, and within what 1:N sampling
-allows for sFlow (4 standard deviations of the sampled sum, at least 10 %). Prints each source's parallelism,
-step time and iteration accuracy (score.py) as a table: measured and reported, asserted only with
---strict-structure (issue 22's acceptance, which the exporters' 1 s records do not reach; docs/formats.md).
+allows for sFlow (4 standard deviations of the sampled sum, at least 10 %); the live aggregator's job never
+hung. With --strict-structure (ctest passes it), every source's job exact: parallelism, groups, stage order,
+state, no false finding (issue 22's acceptance; a sampled source may say `idle` for `ended`, see exact()).
+Prints each source's parallelism, step time and iteration accuracy (score.py) as the table docs/formats.md
+quotes.
 
 Root needed: fails under CI=true without it, skips (77) otherwise. Cleans up on every exit.
 """
@@ -375,7 +377,7 @@ def verify(a, work, run_dir, live=None, drops=None):
         want = sorted(json.load(open(os.path.join(run_dir, "run.json")))["jobs"][0]["nodes"])
         failures += check_jobs(name, [sorted(j["nodes"]) for j in doc["jobs"]], want)
         job = next((j for j in doc["jobs"] if sorted(j["nodes"]) == want), {})
-        if (a.strict_structure or fmt == "csv") and not s.get("structural_ok"):
+        if (a.strict_structure or fmt == "csv") and not exact(s, fmt == "sflow"):
             failures.append(f"{name}: score.py finds the job's parallelism wrong: {job.get('parallelism')}")
         rows.append((name, s, job))
         if fmt != "csv":
@@ -425,9 +427,12 @@ def check_bytes(name, inp, fmt, topo, flows_csv, n, flowdump, until_ns):
         a, b = topo.get(f[1]), topo.get(f[2])
         if a and b and int(f[7]) < until_ns:
             got[(a, b)] = got.get((a, b), 0) + int(f[10])
-            last[(a, b)] = max(last.get((a, b), 0), int(f[8]) + 1)
+            # + 1 ms: IPFIX times are milliseconds (flowEndMilliseconds), so a record's last packet can lie up to
+            # 1 ms after its last_ns; + 1 ns left a probe flowlet starting in that millisecond out (one pair 5.3 %
+            # over the probe's total, a failure).
+            last[(a, b)] = max(last.get((a, b), 0), int(f[8]) + 1_000_000)
             # A row of 1:n samples stands for `packets` packets (n per sample): each sample of size x adds
-            # n x^2 to an unbiased estimate of the sum of squares; samples merged in one row at their mean size.
+            # n x^2 to an unbiased estimate of the sum of squares (one sample per row).
             sq_sampled[(a, b)] = sq_sampled.get((a, b), 0.0) + int(f[10]) ** 2 / max(int(f[9]), 1)
     probe = pair_bytes_csv(flows_csv, topo, last)
     for pair, (want, sq) in sorted(probe.items()):
@@ -452,6 +457,20 @@ def check_bytes(name, inp, fmt, topo, flows_csv, n, flowdump, until_ns):
     return bad
 
 
+def exact(s, sampled=False):
+    """The truth job read exactly (nodes, dp/pp, stages, groups, state) and without false findings. Extra jobs are
+    check_jobs' business: the RoCEv2 burst this test sends after the run is one (sampled, it reads as a job).
+    Sampled (sFlow 1:N), a finished job may read `idle`: a connection's end shows only if one of its FINs was
+    sampled, and with the 3-5 connections of this job none is in 10-26 % of runs, when the source cannot tell
+    an end from a hang (docs/formats.md). Never `hung`."""
+    jobs = s.get("jobs") or []
+    def ok(j):
+        if j.get("structure_ok"):
+            return True
+        return sampled and j.get("mismatches") == {"state": "idle"}
+    return bool(jobs) and all(ok(j) and j.get("findings_ok") for j in jobs)
+
+
 def report(rows):
     """The table docs/formats.md quotes: per source, structure, step time and iteration boundaries."""
     print("\n| source | job nodes | dp x pp, groups | step ms (truth) | iterations matched / truth | "
@@ -463,7 +482,7 @@ def report(rows):
         truth_step = sj.get("step_s")
         em, e95 = sj.get("err_median"), sj.get("err_p95")
         print(f"| {name} | {','.join(job.get('nodes', []))} | {par.get('dp')} x {par.get('pp')}, "
-              f"{'exact' if s.get('structural_ok') else 'wrong'} | {job.get('step_time_ms', 0):.0f} "
+              f"{'exact' if exact(s, 'sFlow' in name) else 'wrong'} | {job.get('step_time_ms', 0):.0f} "
               f"({1000 * truth_step:.0f}) | {sj.get('matched')} / {sj.get('truth_iterations')} | "
               + (f"{100 * em:.1f} / {100 * e95:.1f} |" if em is not None else "- |"))
 

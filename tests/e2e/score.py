@@ -531,7 +531,9 @@ def score(manifest, truth, doc, out=sys.stdout, grace=0):
         for f in t.faults:
             if f["kind"] == "pause":
                 p(f"  benign           {describe_fault(f)}: expect no finding")
-        r.update({"structure_ok": bool(s_ok), "findings_ok": bool(f_ok), "truth_iterations": tl["truth_iterations"],
+        r.update({"structure_ok": bool(s_ok), "findings_ok": bool(f_ok),
+                  "mismatches": {what: got for what, want, got, verdict in rows if verdict != "ok"},
+                  "truth_iterations": tl["truth_iterations"],
                   "netprism_iterations": tl["netprism_iterations"], "matched": tl["matched"],
                   "missing": tl["missing"], "extra": tl["extra"], "after_end": tl["after_end"], "err_median": pct(errs, .5),
                   "err_p95": pct(errs, .95), "err_max": max(errs) if errs else None,
