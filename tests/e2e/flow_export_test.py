@@ -118,7 +118,7 @@ class Exporters:
     """Mirror port, exporters and their captures; stop() ends them and removes the mirror."""
 
     def __init__(self, c, out, active_s, sampling):
-        self.c, self.out, self.procs = c, out, []
+        self.c, self.out, self.procs, self.queries, self.tcp_ports = c, out, [], {}, []
         # A veth pair (containers lack the dummy driver): the exporters capture on one end, what leaves it
         # reaches the other end with foreign MAC addresses and is dropped there. Named like bridge ports, so
         # `testbed down` removes a leftover.
@@ -165,29 +165,35 @@ sampling_rate[sf]: {sampling}
         self.spawn(["pmacctd", "-f", conf], stdout=self.log("pmacctd"), stderr=subprocess.STDOUT)
         time.sleep(2)  # pcap sockets open before the first packet
 
-    def start_aggregator(self, binary, topology, netprism):
-        """A live aggregator collecting softflowd's IPFIX and pmacct's sFlow (--flow-listen) on the ports the
-        exporters send to (the captures see the same datagrams). CURVE like a real install: the aggregator's
-        key, no agent keys (its collectors feed ingest with an in-memory key), a read client for the CLI."""
-        self.ingest = free_port(socket.SOCK_STREAM)
-        self.query = free_port(socket.SOCK_STREAM, taken=(self.ingest,))
+    def start_aggregator(self, binary, topology, netprism, name, exporters):
+        """A live aggregator collecting `exporters` (--flow-listen) on the ports they send to (the captures see
+        the same datagrams): one for softflowd's IPFIX, one for pmacct's sFlow, so that each source's live
+        analysis is judged on its own. CURVE like a real install: the aggregator's key, no agent keys (its
+        collectors feed ingest with an in-memory key), a read client for the CLI."""
+        ingest = free_port(socket.SOCK_STREAM, taken=self.tcp_ports)
+        self.queries[name] = free_port(socket.SOCK_STREAM, taken=(ingest, *self.tcp_ports))
+        self.tcp_ports += [ingest, self.queries[name]]
         keys = os.path.join(self.out, "keys")
-        os.makedirs(keys, exist_ok=True)
-        for who in ("server", "client"):
-            subprocess.run([netprism, "keygen", "--out", os.path.join(keys, who)], check=True, capture_output=True)
-        with open(os.path.join(keys, "agents"), "w") as f:
-            f.write("# no agents: only the collectors write\n")
-        with open(os.path.join(keys, "clients"), "w") as f:
-            f.write("read " + open(os.path.join(keys, "client.pub")).read().strip() + "\n")
-        os.environ["NETPRISM_KEY"] = os.path.join(keys, "client.key")
-        os.environ["NETPRISM_SERVER_PUB"] = os.path.join(keys, "server.pub")
-        self.spawn([binary, "--listen", f"tcp://127.0.0.1:{self.ingest}", "--query", f"tcp://127.0.0.1:{self.query}",
-                    "--server-key", os.path.join(keys, "server.key"), "--agents", os.path.join(keys, "agents"),
-                    "--clients", os.path.join(keys, "clients"),
-                    "--data-dir", os.path.join(self.out, "aggregator"), "--topology", topology,
-                    "--flow-listen", f"ipfix://127.0.0.1:{self.ports['softflowd']}",
-                    "--flow-listen", f"sflow://127.0.0.1:{self.ports['sfprobe']}"],
-                   stdout=self.log("aggregator"), stderr=subprocess.STDOUT)
+        if not os.path.isdir(keys):
+            os.makedirs(keys)
+            for who in ("server", "client"):
+                subprocess.run([netprism, "keygen", "--out", os.path.join(keys, who)], check=True,
+                               capture_output=True)
+            with open(os.path.join(keys, "agents"), "w") as f:
+                f.write("# no agents: only the collectors write\n")
+            with open(os.path.join(keys, "clients"), "w") as f:
+                f.write("read " + open(os.path.join(keys, "client.pub")).read().strip() + "\n")
+            os.environ["NETPRISM_KEY"] = os.path.join(keys, "client.key")
+            os.environ["NETPRISM_SERVER_PUB"] = os.path.join(keys, "server.pub")
+        listen = []
+        for exporter in exporters:
+            listen += ["--flow-listen", f"{'sflow' if exporter == 'sfprobe' else 'ipfix'}://127.0.0.1:"
+                                        f"{self.ports[exporter]}"]
+        self.spawn([binary, "--listen", f"tcp://127.0.0.1:{ingest}", "--query",
+                    f"tcp://127.0.0.1:{self.queries[name]}", "--server-key", os.path.join(keys, "server.key"),
+                    "--agents", os.path.join(keys, "agents"), "--clients", os.path.join(keys, "clients"),
+                    "--data-dir", os.path.join(self.out, "aggregator-" + name), "--topology", topology, *listen],
+                   stdout=self.log("aggregator-" + name), stderr=subprocess.STDOUT)
 
     def pcap(self, name):
         return os.path.join(self.out, f"{name}.pcap")
@@ -282,7 +288,8 @@ def main():
         with open(topo, "w") as f:
             f.write(c.topology())
         ex = Exporters(c, work, a.active_timeout, a.sampling)
-        ex.start_aggregator(a.aggregator, topo, a.netprism)
+        ex.start_aggregator(a.aggregator, topo, a.netprism, "ipfix", ["softflowd"])
+        ex.start_aggregator(a.aggregator, topo, a.netprism, "sflow", ["sfprobe"])
         r = subprocess.run([sys.executable, os.path.join(HERE, "testbed.py"), "run", "--cluster", run_id,
                             "--dp", "2", "--pp", "2", "--iters", str(a.iters), "--fwd-ms", str(a.fwd_ms),
                             "--out", run_dir, "--force"], capture_output=True, text=True)
@@ -298,7 +305,7 @@ def main():
         for p in pings:
             p.wait()
         time.sleep(2)  # two analysis passes of the live aggregator
-        live = live_view(a.netprism, ex.query)
+        live = {name: live_view(a.netprism, q) for name, q in ex.queries.items()}
         drops = ex.drops()
         ex.stop()
         drops["pmacct"] = ex.pmacct_drops()
@@ -319,7 +326,10 @@ def live_view(netprism, query):
         if r.returncode != 0:
             raise RuntimeError(f"netprism {' '.join(args)}: {r.stderr.strip()}")
         return json.loads(r.stdout)
-    return {"status": cli("status"), "jobs": cli("jobs")}
+    view = {"status": cli("status"), "jobs": cli("jobs"), "job": {}}
+    for j in view["jobs"].get("jobs", []):
+        view["job"][j["id"]] = cli("job", j["id"])
+    return view
 
 
 def check_jobs(name, jobs, want):
@@ -329,21 +339,36 @@ def check_jobs(name, jobs, want):
     return []
 
 
-def check_live(live, want_nodes, host_ip):
-    """The live aggregator: both exporters registered with records, and the job found with its nodes."""
+def same_parallelism(got, want):
+    """dp, pp, the DP groups (any order) and the stages (in order) alike."""
+    def key(p):
+        return (p.get("dp"), p.get("pp"), sorted(sorted(g) for g in p.get("dp_groups", [])),
+                [sorted(st) for st in p.get("stages", [])])
+    return key(got) == key(want)
+
+
+def check_live(name, view, exporter_node, want_nodes, want_par):
+    """One live aggregator: its exporter registered with records, the job found with its nodes and the
+    parallelism the probe's capture reads (exact, asserted by score.py), and not hung once finished."""
     bad = []
-    agents = {x["node"]: x for x in live["status"].get("agents", [])}
-    for node in ("ipfix:127.0.0.1", f"sflow:{host_ip}"):
-        if agents.get(node, {}).get("records", 0) == 0:
-            bad.append(f"live: exporter node {node} missing or without records: {sorted(agents)}")
-    jobs = [sorted(j["nodes"]) for j in live["jobs"].get("jobs", [])]
-    states = [j.get("state") for j in live["jobs"].get("jobs", [])]
-    print(f"  live (--flow-listen): exporters {sorted(agents)}, jobs {jobs}, states {states}")
-    # The job ended normally: its teardown is in the exporters' records (every packet for IPFIX), so it must
-    # not read as hung once silent.
-    bad += [f"live: the finished job reads {st}" for nodes, st in zip(jobs, states)
-            if nodes == want_nodes and st == "hung"]
-    return bad + check_jobs("live", jobs, want_nodes)
+    agents = {x["node"]: x for x in view["status"].get("agents", [])}
+    if agents.get(exporter_node, {}).get("records", 0) == 0:
+        bad.append(f"live {name}: exporter node {exporter_node} missing or without records: {sorted(agents)}")
+    summaries = view["jobs"].get("jobs", [])
+    jobs = [sorted(j["nodes"]) for j in summaries]
+    print(f"  live {name} (--flow-listen): exporters {sorted(agents)}, jobs {jobs}, "
+          f"states {[j.get('state') for j in summaries]}")
+    for j in summaries:
+        if sorted(j["nodes"]) != want_nodes:
+            continue
+        # The job ended normally: a full view shows its teardown, and a sampled one at worst cannot tell.
+        if j.get("state") == "hung":
+            bad.append(f"live {name}: the finished job reads hung")
+        par = view["job"].get(j["id"], {}).get("parallelism", {})
+        print(f"  live {name}: parallelism {par}")
+        if not same_parallelism(par, want_par):
+            bad.append(f"live {name}: parallelism {par}, the probe's capture reads {want_par}")
+    return bad + check_jobs(f"live {name}", jobs, want_nodes)
 
 
 def verify(a, work, run_dir, live=None, drops=None):
@@ -396,7 +421,10 @@ def verify(a, work, run_dir, live=None, drops=None):
     if live is not None:
         manifest = json.load(open(os.path.join(run_dir, "run.json")))
         host_ip = manifest["subnet"].rsplit(".", 1)[0] + ".254"
-        failures += check_live(live, sorted(manifest["jobs"][0]["nodes"]), host_ip)
+        want = sorted(manifest["jobs"][0]["nodes"])
+        probe_par = next((job.get("parallelism", {}) for name, _, job in rows if name == "probe"), {})
+        for name, node in (("ipfix", "ipfix:127.0.0.1"), ("sflow", f"sflow:{host_ip}")):
+            failures += check_live(name, live[name], node, want, probe_par)
     report(rows)
     for f in failures:
         print("FAIL:", f)
