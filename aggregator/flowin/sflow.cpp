@@ -3,7 +3,7 @@
 // class). Counter samples and other record types are skipped. The only per-agent state is when its last
 // flush arrived (bounded, see kMaxAgents). Each sample is a flowlet of its own, marked NP_END_SAMPLE with
 // packets = N: the analysis needs N to know what a sample can show (a connection's FIN is seen only if one
-// of its packets was sampled, diagnosis.cpp job_state), and merging a datagram's samples of one key would
+// of its packets was sampled, diagnosis.cpp teardown_seen), and merging a datagram's samples of one key would
 // hide it.
 #include <algorithm>
 #include <string>
