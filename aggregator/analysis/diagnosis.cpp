@@ -137,17 +137,30 @@ Finding hang_finding(const Normalized& n, const JobSlice& job, double step, size
   return f;
 }
 
+// The job's nodes and training connections as masks over the slice's nodes and connections, built once for
+// the two teardown tests below (each looks at the other connections between the job's nodes).
+struct JobConns {
+  std::vector<char> in_job, training;
+  JobConns(const Normalized& n, const JobSlice& job)
+      : in_job(n.nodes.size(), 0), training(n.conns.size(), 0) {
+    for (uint32_t v : job.nodes) in_job[v] = 1;
+    for (uint32_t c : job.conns) training[c] = 1;
+  }
+  // A connection between two of the job's nodes that carried no training transfer.
+  bool other(const Conn& k, size_t c) const { return !training[c] && in_job[k.a] && in_job[k.b]; }
+};
+
 // What the source shows of a job's teardown. A full view (agents, IPFIX, CSV with flags) sees every
 // connection's FIN or RST; 1:N packet samples (sFlow) see a connection's teardown only when one of its two
 // FINs was sampled, p = 1 - (1 - 1/N)^2: 0.36 at 1:5, 0.002 at 1:1000. A job has ended when at least
 // kEndedShare of the teardowns the source could show are there; it has not when an end would have shown
 // more with probability 1 - kTeardownAlpha (a full view: fewer than kEndedShare closed); between the two the
-// source cannot tell an end from a hang (a testbed job at 1:5 has 6-12 connections: P(none seen | end)
-// 0.5-7 %; at switches' usual 1:1000 and above, always).
+// source cannot tell an end from a hang (the testbed's DP 2 x PP 2 gloo job at 1:5: 3-11 connections seen,
+// P(so few | end) 5-26 %; at switches' usual 1:1000 and above, always).
 enum class Teardown { ended, not_ended, unknown };
 constexpr double kTeardownAlpha = 0.01;
 
-Teardown teardown_seen(const Normalized& n, const JobSlice& job) {
+Teardown teardown_seen(const Normalized& n, const JobSlice& job, const JobConns& jc) {
   size_t closed = 0;
   double expect = 0;
   std::vector<double> p;
@@ -157,22 +170,16 @@ Teardown teardown_seen(const Normalized& n, const JobSlice& job) {
     p.push_back(1.0 - miss * miss);
     expect += p.back();
   };
-  std::vector<char> in_job(n.nodes.size(), 0), training(n.conns.size(), 0);
-  for (uint32_t v : job.nodes) in_job[v] = 1;
-  for (uint32_t c : job.conns) {
-    training[c] = 1;
-    count(n.conns[c]);
-  }
+  for (uint32_t c : job.conns) count(n.conns[c]);
   // Sampled, the job's other connections count too (a process group's idle all-pairs connections, the
   // rendezvous store: 4 training connections of a DP 2 x PP 2 gloo job leave a 17 % chance of no teardown
   // seen at 1:5): every connection between its nodes still open when the training traffic stopped closes
   // when the job ends. Only sampled ones, so a full view's rule stays the training connections'.
   for (size_t c = 0; c < n.conns.size(); ++c) {
     const Conn& k = n.conns[c];
-    if (training[c] || k.sampled_1_in <= 1 || !in_job[k.a] || !in_job[k.b] || k.first_ns > job.last_ns ||
-        (k.closed && k.last_ns < job.last_ns))
-      continue;
-    count(k);
+    if (jc.other(k, c) && k.sampled_1_in > 1 && k.first_ns <= job.last_ns &&
+        !(k.closed && k.last_ns < job.last_ns))
+      count(k);
   }
   if (job.conns.empty()) return Teardown::not_ended;
   if (static_cast<double>(closed) >= kEndedShare * expect) return Teardown::ended;
@@ -196,14 +203,11 @@ Teardown teardown_seen(const Normalized& n, const JobSlice& job) {
 // Sources without TCP flags (flow CSV): a normal exit still shows as the teardown of every connection of the
 // job at once: the ones idle since start-up (all-pairs process-group connections, the rendezvous store)
 // carry their last packets after the last training transfer. A hang leaves them silent.
-bool idle_connections_woke(const Normalized& n, const JobSlice& job) {
-  std::vector<char> in_job(n.nodes.size(), 0), training(n.conns.size(), 0);
-  for (uint32_t v : job.nodes) in_job[v] = 1;
-  for (uint32_t c : job.conns) training[c] = 1;
+bool idle_connections_woke(const Normalized& n, const JobSlice& job, const JobConns& jc) {
   size_t idle = 0, woke = 0;
   for (size_t c = 0; c < n.conns.size(); ++c) {
     const Conn& k = n.conns[c];
-    if (training[c] || !in_job[k.a] || !in_job[k.b] || k.first_ns > job.first_ns) continue;
+    if (!jc.other(k, c) || k.first_ns > job.first_ns) continue;
     ++idle;
     woke += k.last_ns > job.last_ns ? 1 : 0;
   }
@@ -214,8 +218,9 @@ bool idle_connections_woke(const Normalized& n, const JobSlice& job) {
 
 std::string job_state(const Normalized& n, const JobSlice& job, double step_ns, size_t iterations) {
   uint64_t now_ns = n.now_ns;
-  Teardown td = teardown_seen(n, job);
-  if (td == Teardown::ended || idle_connections_woke(n, job)) return "ended";
+  const JobConns jc(n, job);
+  Teardown td = teardown_seen(n, job, jc);
+  if (td == Teardown::ended || idle_connections_woke(n, job, jc)) return "ended";
   // A recording whose last event is the job's last transfer (a simulator's or collector's export that stops
   // with the traffic it holds) shows no silence after the job at all: nothing to call a hang, and as far as
   // the recording goes the job's traffic is complete.

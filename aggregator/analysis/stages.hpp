@@ -230,8 +230,9 @@ double sync_order(const std::vector<uint64_t>& ends_u, const std::vector<uint64_
 // coarse() records: their bytes-weighted median duration, the resolution of the job's iteration times;
 // 0 otherwise.
 double coarse_resolution_ns(const JobSlice& job, const Structure& s);
-// The step of a job whose iteration times rest on coarse records: the mean over its iterations, else
-// `measured_ns` (see coarse_records.cpp).
+// The step of a job whose iteration times rest on coarse records (resolution_ns > 0): the slope of its
+// iteration ends against their numbers; else, or with fewer than three ends, `measured_ns`
+// (coarse_records.cpp).
 double coarse_step_ns(const std::vector<Iteration>& its, double resolution_ns, double measured_ns);
 
 // Iteration boundaries plus per-node phases of each iteration.
