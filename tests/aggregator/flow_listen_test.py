@@ -21,6 +21,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import nplocal  # noqa: E402
+
 IPFIX = "softflowd_ipfix.pcap"
 SFLOW = "pmacct_sfprobe_sflow.pcap"
 
@@ -74,20 +77,9 @@ def main():
             # Both collectors from the file (a --flow-listen flag would replace the file's list: flags win).
             f.write(f'flow_listen = ["ipfix://127.0.0.1:{ipfix_port}", "sflow://127.0.0.1:{sflow_port}"]\n')
         query = f"tcp://127.0.0.1:{qp}"
-        # CURVE like a real install: the aggregator's key, no agent keys (the collectors feed ingest with a key
-        # the aggregator makes in memory), an admin client (flows and record need it).
-        for who in ("server", "client"):
-            subprocess.run([netprism, "keygen", "--out", os.path.join(work, who)], check=True,
-                           capture_output=True, timeout=30)
-        with open(os.path.join(work, "agents"), "w") as f:
-            f.write("# no agents: only the collectors write\n")
-        with open(os.path.join(work, "clients"), "w") as f:
-            f.write("admin " + open(os.path.join(work, "client.pub")).read().strip() + "\n")
-        os.environ["NETPRISM_KEY"] = os.path.join(work, "client.key")
-        os.environ["NETPRISM_SERVER_PUB"] = os.path.join(work, "server.pub")
+        # CURVE like a real install, with an admin client (flows and record need it).
         base = [aggr, "--listen", f"tcp://127.0.0.1:{lp}", "--query", query, "--data-dir",
-                os.path.join(work, "data"), "--server-key", os.path.join(work, "server.key"), "--agents",
-                os.path.join(work, "agents"), "--clients", os.path.join(work, "clients")]
+                os.path.join(work, "data"), *nplocal.collector_keys(netprism, work, "admin")]
 
         # Usage and bind errors first: one line, the right exit code.
         for args, want, what in (([ "--flow-listen", "ipfix://nohost:1"], 2, "numeric IP"),

@@ -38,6 +38,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import cluster as cl  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "support"))
+import nplocal  # noqa: E402
 import testbed as tb  # noqa: E402
 
 
@@ -118,7 +120,7 @@ class Exporters:
     """Mirror port, exporters and their captures; stop() ends them and removes the mirror."""
 
     def __init__(self, c, out, active_s, sampling):
-        self.c, self.out, self.procs, self.queries, self.tcp_ports = c, out, [], {}, []
+        self.c, self.out, self.procs, self.queries, self.tcp_ports, self.key_flags = c, out, [], {}, [], []
         # A veth pair (containers lack the dummy driver): the exporters capture on one end, what leaves it
         # reaches the other end with foreign MAC addresses and is dropped there. Named like bridge ports, so
         # `testbed down` removes a leftover.
@@ -173,25 +175,14 @@ sampling_rate[sf]: {sampling}
         ingest = free_port(socket.SOCK_STREAM, taken=self.tcp_ports)
         self.queries[name] = free_port(socket.SOCK_STREAM, taken=(ingest, *self.tcp_ports))
         self.tcp_ports += [ingest, self.queries[name]]
-        keys = os.path.join(self.out, "keys")
-        if not os.path.isdir(keys):
-            os.makedirs(keys)
-            for who in ("server", "client"):
-                subprocess.run([netprism, "keygen", "--out", os.path.join(keys, who)], check=True,
-                               capture_output=True)
-            with open(os.path.join(keys, "agents"), "w") as f:
-                f.write("# no agents: only the collectors write\n")
-            with open(os.path.join(keys, "clients"), "w") as f:
-                f.write("read " + open(os.path.join(keys, "client.pub")).read().strip() + "\n")
-            os.environ["NETPRISM_KEY"] = os.path.join(keys, "client.key")
-            os.environ["NETPRISM_SERVER_PUB"] = os.path.join(keys, "server.pub")
+        if not self.key_flags:  # one key set for both aggregators, the CLI's read client on each
+            self.key_flags = nplocal.collector_keys(netprism, os.path.join(self.out, "keys"), "read")
         listen = []
         for exporter in exporters:
             listen += ["--flow-listen", f"{'sflow' if exporter == 'sfprobe' else 'ipfix'}://127.0.0.1:"
                                         f"{self.ports[exporter]}"]
         self.spawn([binary, "--listen", f"tcp://127.0.0.1:{ingest}", "--query",
-                    f"tcp://127.0.0.1:{self.queries[name]}", "--server-key", os.path.join(keys, "server.key"),
-                    "--agents", os.path.join(keys, "agents"), "--clients", os.path.join(keys, "clients"),
+                    f"tcp://127.0.0.1:{self.queries[name]}", *self.key_flags,
                     "--data-dir", os.path.join(self.out, "aggregator-" + name), "--topology", topology, *listen],
                    stdout=self.log("aggregator-" + name), stderr=subprocess.STDOUT)
 

@@ -1,6 +1,8 @@
 """Helpers shared by the Python drivers that start a real aggregator on local ports (tests/ and bench/)."""
 import json
+import os
 import socket
+import subprocess
 
 import zmq
 
@@ -15,6 +17,24 @@ def free_ports(n):
     finally:
         for s in socks:
             s.close()
+
+
+def collector_keys(netprism, keys, role):
+    """CURVE for an aggregator fed only by flow collectors, like a real install: a server key, no agent keys
+    (the collectors feed ingest with a key the aggregator makes in memory), one client of `role` whose key the
+    CLI then uses (NETPRISM_KEY / NETPRISM_SERVER_PUB). Returns the aggregator's key flags."""
+    os.makedirs(keys, exist_ok=True)
+    for who in ("server", "client"):
+        subprocess.run([netprism, "keygen", "--out", os.path.join(keys, who)], check=True, capture_output=True,
+                       timeout=30)
+    with open(os.path.join(keys, "agents"), "w") as f:
+        f.write("# no agents: only the collectors write\n")
+    with open(os.path.join(keys, "clients"), "w") as f:
+        f.write(f"{role} " + open(os.path.join(keys, "client.pub")).read().strip() + "\n")
+    os.environ["NETPRISM_KEY"] = os.path.join(keys, "client.key")
+    os.environ["NETPRISM_SERVER_PUB"] = os.path.join(keys, "server.pub")
+    return ["--server-key", os.path.join(keys, "server.key"), "--agents", os.path.join(keys, "agents"),
+            "--clients", os.path.join(keys, "clients")]
 
 
 class Query:
