@@ -7,7 +7,9 @@
 // NIC or cable slows its own directions only, and does so in every iteration from its onset on.
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
+#include <numbers>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -35,6 +37,16 @@ namespace {
 // weakest 2x link); over 3 iterations no z separates them with margin. The 0.7 floor keeps a steady job's
 // small sigma (0.03-0.08 on links running at line rate) from turning a 20 % wobble into a fault. So a 2x slow
 // link is found where sigma < ln 2 / 3 = 0.23; on CPU-paced hosts only links slower than exp(-3 sigma).
+// That spread over time did not cover a host whose CPU starves it for several iterations in a row: on the
+// OpenMPI DP4 runs beside CPU burners (unshaped veths, 0.6-3.7 GB/s), one direction or node ran at 0.22-0.51
+// of its comparable links for 4-11 iterations against thresholds of 0.53-0.63 (sigma 0.15-0.21), false
+// slow_links in 2 of 6 such runs and again in 2 of the 44 runs of 2026-11-28. What tells them apart is the
+// comparable links themselves: at a line rate they agree within a few percent, CPU-paced they spread over a
+// factor of 2-6 in every iteration. So each direction's (and node's) sigma is the larger of the spread over
+// time and its comparison noise, the spread of its own comparable links around their median
+// (comparison_noise(), its median over the measured iterations): 0.02-0.12 for every slow link of the
+// campaign and the kept samples (unchanged thresholds: exp(-3 x 0.12) > 0.7), 0.41-1.06 for the CPU-paced
+// directions and nodes (thresholds 0.04-0.29, below their 0.22-0.51).
 constexpr double kSlowLinkRatio = 0.7;
 constexpr double kLinkZ = 3.0;
 constexpr size_t kLinkPersist = 4;
@@ -83,9 +95,27 @@ struct Direction {
   EdgeRole role = EdgeRole::dp;
   std::vector<const Xfer*> own;
   std::vector<double> rate, ref;
-  double threshold = kSlowLinkRatio;  // min(kSlowLinkRatio, exp(-kLinkZ sigma)) of its role
-  double sigma = 0;
+  std::vector<double> noise;          // per iteration: comparison_noise() of its reference's rates
+  double threshold = kSlowLinkRatio;  // min(kSlowLinkRatio, exp(-kLinkZ sigma))
+  double sigma = 0;                   // max(temporal, cross)
+  double temporal = 0;                // its role's iteration-to-iteration spread of log ratios
+  double cross = 0;                   // the median of `noise` over its measured iterations
 };
+
+// The noise of comparing one link's rate with the median of n comparable links' rates: how far the
+// comparable links themselves sit from one another (the robust sigma of their log rates), widened by the
+// uncertainty of their median (its variance is about pi / (2n) of theirs). Links at a common line rate sit
+// within a few percent of one another (0.02-0.12 over the alarms campaign's shaped runs and the kept
+// samples); links paced by their hosts' CPUs rather than by a line rate spread over a factor of 2-6 in one
+// iteration (0.5-1.06 on the OpenMPI DP4 runs beside CPU burners), and a link at half of such a reference
+// is no slower than its comparable links are from one another. 0 for fewer than two.
+double comparison_noise(const std::vector<double>& rates) {
+  if (rates.size() < 2) return 0;
+  std::vector<double> logs;
+  logs.reserve(rates.size());
+  for (double r : rates) logs.push_back(std::log(r));
+  return small_sample_sigma(logs) * std::sqrt(1 + std::numbers::pi / (2 * static_cast<double>(rates.size())));
+}
 
 // Rates gathered through a hash index (a tree lookup per transfer costs a log factor on large jobs), then
 // ordered by node pair so findings come out in a fixed order.
@@ -123,31 +153,48 @@ void reference_rates(std::vector<Direction>& dirs, size_t iters) {
   std::map<EdgeRole, std::vector<size_t>> by_role;
   for (size_t k = 0; k < dirs.size(); ++k) by_role[dirs[k].role].push_back(k);
   for (auto& [role, members] : by_role) {
-    for (size_t k : members) dirs[k].ref.assign(iters, 0);
+    for (size_t k : members) {
+      dirs[k].ref.assign(iters, 0);
+      dirs[k].noise.assign(iters, 0);
+    }
     for (size_t i = 0; i < iters; ++i) {
       std::vector<double> all;
       for (size_t k : members)
         if (dirs[k].rate[i] > 0) all.push_back(dirs[k].rate[i]);
-      double role_median = median(all);
-      for (size_t k : members) {
-        if (members.size() > kExactPeers) {
-          dirs[k].ref[i] = all.size() > 2 ? role_median : 0;
-          continue;
+      if (members.size() > kExactPeers) {
+        double role_median = all.size() > 2 ? median(all) : 0, role_noise = comparison_noise(all);
+        for (size_t k : members) {
+          dirs[k].ref[i] = role_median;
+          dirs[k].noise[i] = role_noise;
         }
+        continue;
+      }
+      for (size_t k : members) {
         std::vector<double> others;
         for (size_t o : members) {
           bool same_pair = (dirs[o].src == dirs[k].src && dirs[o].dst == dirs[k].dst) ||
                            (dirs[o].src == dirs[k].dst && dirs[o].dst == dirs[k].src);
           if (!same_pair && dirs[o].rate[i] > 0) others.push_back(dirs[o].rate[i]);
         }
-        dirs[k].ref[i] = others.size() >= 2 ? median(others) : 0;
+        if (others.size() < 2) continue;
+        dirs[k].ref[i] = median(others);
+        dirs[k].noise[i] = comparison_noise(others);
       }
     }
   }
 }
 
-// Per role: sigma of the iteration-to-iteration changes of its directions' log ratios (from kWarmup on),
-// and the threshold it sets.
+// The median of a direction's (or node's) per-iteration comparison noise over the iterations it is measured
+// in (from kWarmup on).
+double cross_noise(const std::vector<double>& noise, const std::vector<double>& ratio_or_rate, size_t iters) {
+  std::vector<double> v;
+  for (size_t i = kWarmup; i < iters; ++i)
+    if (ratio_or_rate[i] > 0 && noise[i] > 0) v.push_back(noise[i]);
+  return median(std::move(v));
+}
+
+// Per role: sigma of the iteration-to-iteration changes of its directions' log ratios (from kWarmup on);
+// per direction, the larger of it and the direction's comparison noise, and the threshold it sets.
 void thresholds(std::vector<Direction>& dirs, size_t iters) {
   std::map<EdgeRole, std::vector<double>> diffs;
   for (const Direction& d : dirs) {
@@ -164,7 +211,9 @@ void thresholds(std::vector<Direction>& dirs, size_t iters) {
   std::map<EdgeRole, double> sigma;
   for (const auto& [role, v] : diffs) sigma[role] = kMadToSigma * median(v) / std::sqrt(2.0);
   for (Direction& d : dirs) {
-    d.sigma = sigma[d.role];
+    d.temporal = sigma[d.role];
+    d.cross = cross_noise(d.noise, d.ref, iters);
+    d.sigma = std::max(d.temporal, d.cross);
     d.threshold = std::min(kSlowLinkRatio, std::exp(-kLinkZ * d.sigma));
   }
 }
@@ -206,6 +255,13 @@ double whatif_step(const std::vector<const Xfer*>& own, double ref, double step,
   return std::max(0.0, step - per_iter);
 }
 
+// What a finding's sigma is made of, for its evidence.
+std::string sigma_parts(double temporal, double cross) {
+  return " the larger of the job's iteration-to-iteration spread of log rate ratios (" +
+         fmt("%.3f", temporal) + ") and the comparable links' spread around their median (" +
+         fmt("%.3f", cross) + ")";
+}
+
 Finding link_finding(const Normalized& n, const Direction& d, const Run& r, const Timeline& t, size_t iters) {
   std::vector<double> ratios, refs, slow;
   std::string list;
@@ -238,8 +294,8 @@ Finding link_finding(const Normalized& n, const Direction& d, const Run& r, cons
                ", below " + fmt("%.2fx", d.threshold) + " in " + std::to_string(slow.size()) + " of " +
                std::to_string(ratios.size()) +
                " (threshold min(0.70x, exp(-3 sigma)) = " + fmt("%.2fx", d.threshold) + ", sigma " +
-               fmt("%.3f", d.sigma) + " the job's iteration-to-iteration spread of log rate ratios; " +
-               std::to_string(kLinkPersist) + " consecutive iterations); per iteration " + list;
+               fmt("%.3f", d.sigma) + sigma_parts(d.temporal, d.cross) + "; " + std::to_string(kLinkPersist) +
+               " consecutive iterations); per iteration " + list;
   // What-if over the iterations from the onset: their median step less their extra transfer time.
   std::vector<const Xfer*> from_onset;
   for (const Xfer* x : d.own)
@@ -282,6 +338,8 @@ struct NodeLink {
   std::vector<double> ratio;  // per iteration: the highest of its directions' ratios (0: unmeasured)
   std::vector<std::vector<double>> dir_ratio;  // per direction (as `dirs`), per iteration
   std::vector<double> ref;                     // per iteration: the reference of its first direction's role
+  std::vector<double> noise;  // per iteration: the median of its directions' comparison noise
+  double cross = 0;           // the median of `noise` over its measured iterations
 };
 
 constexpr size_t kNodeMinPeers = 2;
@@ -312,44 +370,65 @@ double median_without(const std::vector<double>& s, const std::vector<double>& e
   return (kth_without(s, e, n / 2 - 1) + kth_without(s, e, n / 2)) / 2;
 }
 
-// Per role, per iteration: the rates (> 0) of all its directions, sorted.
-std::map<EdgeRole, std::vector<std::vector<double>>> sorted_rates(const std::vector<Direction>& dirs,
-                                                                  size_t iters) {
-  std::map<EdgeRole, std::vector<std::vector<double>>> out;
+// Per role, per iteration: the rates (> 0) of all its directions, sorted, and, where they are more than
+// kExactPeers, their comparison noise (a node's few directions barely move the spread of so many).
+struct RoleRates {
+  std::vector<std::vector<double>> sorted;
+  std::vector<double> noise;
+};
+std::map<EdgeRole, RoleRates> sorted_rates(const std::vector<Direction>& dirs, size_t iters) {
+  std::map<EdgeRole, RoleRates> out;
   for (const Direction& d : dirs) {
-    auto& per_iter = out[d.role];
+    auto& per_iter = out[d.role].sorted;
     per_iter.resize(iters);
     for (size_t i = 0; i < iters; ++i)
       if (d.rate[i] > 0) per_iter[i].push_back(d.rate[i]);
   }
-  for (auto& [role, per_iter] : out)
-    for (auto& v : per_iter) std::sort(v.begin(), v.end());
+  for (auto& [role, rr] : out) {
+    rr.noise.assign(iters, 0);
+    for (size_t i = 0; i < iters; ++i) {
+      std::sort(rr.sorted[i].begin(), rr.sorted[i].end());
+      if (rr.sorted[i].size() > kExactPeers) rr.noise[i] = comparison_noise(rr.sorted[i]);
+    }
+  }
   return out;
+}
+
+// The comparison noise of the rates of `all` without `mine` (both sorted; mine a part of all).
+double noise_without(const RoleRates& rr, size_t i, const std::vector<double>& mine) {
+  const std::vector<double>& all = rr.sorted[i];
+  if (all.size() - mine.size() > kExactPeers) return rr.noise[i];
+  std::vector<double> others;
+  std::set_difference(all.begin(), all.end(), mine.begin(), mine.end(), std::back_inserter(others));
+  return comparison_noise(others);
 }
 
 // One iteration of a node: each direction through it against the median of its role's directions not
 // through it. The reference leaves out the node's own directions of the role from the role's sorted rates:
 // a 1,000-node job (20,000 directions) took 44 s a pass when every direction re-collected the others.
-void node_iteration(const std::vector<Direction>& dirs,
-                    const std::map<EdgeRole, std::vector<std::vector<double>>>& rates, size_t i,
+void node_iteration(const std::vector<Direction>& dirs, const std::map<EdgeRole, RoleRates>& rates, size_t i,
                     NodeLink& nl) {
   std::map<EdgeRole, std::vector<double>> own;
   for (size_t k : nl.dirs)
     if (dirs[k].rate[i] > 0) own[dirs[k].role].push_back(dirs[k].rate[i]);
   for (auto& [role, v] : own) std::sort(v.begin(), v.end());
   double highest = 0;
+  std::vector<double> noise;
   for (size_t m = 0; m < nl.dirs.size(); ++m) {
     const Direction& d = dirs[nl.dirs[m]];
     if (d.rate[i] <= 0) continue;  // idle in this iteration: no evidence either way
-    const std::vector<double>& all = rates.at(d.role)[i];
+    const RoleRates& rr = rates.at(d.role);
+    const std::vector<double>& all = rr.sorted[i];
     const std::vector<double>& mine = own[d.role];
     if (all.size() - mine.size() < 2) return;  // ratio stays 0: not measured
     double ref = median_without(all, mine);
     if (m == 0 || nl.ref[i] <= 0) nl.ref[i] = ref;
     nl.dir_ratio[m][i] = d.rate[i] / ref;
     highest = std::max(highest, nl.dir_ratio[m][i]);
+    noise.push_back(noise_without(rr, i, mine));
   }
   nl.ratio[i] = highest;
+  nl.noise[i] = median(std::move(noise));
 }
 
 std::vector<NodeLink> node_links(const std::vector<Direction>& dirs, size_t iters) {
@@ -370,26 +449,31 @@ std::vector<NodeLink> node_links(const std::vector<Direction>& dirs, size_t iter
     nl.ratio.assign(iters, 0);
     nl.ref.assign(iters, 0);
     nl.dir_ratio.assign(nl.dirs.size(), std::vector<double>(iters, 0));
+    nl.noise.assign(iters, 0);
     for (size_t i = kWarmup; i < iters; ++i) node_iteration(dirs, rates, i, nl);
+    nl.cross = cross_noise(nl.noise, nl.ratio, iters);
     out.push_back(std::move(nl));
   }
   return out;
 }
 
-// The node ratios as directions of rate `ratio` against a reference of 1, so degraded_run() reads them.
-Direction as_direction(const NodeLink& nl, double threshold, double sigma) {
+// The node ratios as directions of rate `ratio` against a reference of 1, so degraded_run() reads them, with
+// the node's sigma (the larger of the job's node-ratio spread `temporal` and the node's comparison noise).
+Direction as_direction(const NodeLink& nl, double temporal) {
   Direction d;
   d.rate = nl.ratio;
   d.ref.assign(nl.ratio.size(), 1.0);
-  d.threshold = threshold;
-  d.sigma = sigma;
+  d.temporal = temporal;
+  d.cross = nl.cross;
+  d.sigma = std::max(temporal, nl.cross);
+  d.threshold = std::min(kSlowLinkRatio, std::exp(-kLinkZ * d.sigma));
   return d;
 }
 
 // One finding for a node's host link: subject the node's slowest direction (the contract's subject is a node
 // pair), evidence every direction's ratio.
 Finding node_finding(const Normalized& n, const std::vector<Direction>& dirs, const NodeLink& nl,
-                     const Run& r, double threshold, double sigma, const Timeline& t, size_t iters) {
+                     const Run& r, const Direction& nd, const Timeline& t, size_t iters) {
   size_t slowest = 0;
   double slowest_ratio = 0;
   std::string each;
@@ -405,8 +489,8 @@ Finding node_finding(const Normalized& n, const std::vector<Direction>& dirs, co
   }
   Direction d = dirs[nl.dirs[slowest]];
   d.ref = nl.ref;  // the what-if at the rate of the directions not through the node
-  d.threshold = threshold;
-  d.sigma = sigma;
+  d.threshold = nd.threshold;
+  d.sigma = nd.sigma;
   Run dr;
   dr.onset = r.onset;
   for (auto& [i, ratio] : r.ratios) dr.ratios.emplace_back(i, ratio);
@@ -418,10 +502,10 @@ Finding node_finding(const Normalized& n, const std::vector<Direction>& dirs, co
   f.evidence =
       "the link of " + n.nodes[nl.node] + " (or a switch link that all its traffic crosses): every " +
       "direction through it slower than the same role's directions not through it, from iteration " +
-      std::to_string(r.onset) + " (" + each + "; the highest of them below " + fmt("%.2fx", threshold) +
+      std::to_string(r.onset) + " (" + each + "; the highest of them below " + fmt("%.2fx", nd.threshold) +
       " in " + std::to_string(kLinkPersist) +
-      " consecutive iterations: threshold min(0.70x, exp(-3 sigma)), sigma " + fmt("%.3f", sigma) +
-      " the job's iteration-to-iteration spread of these node ratios); per iteration, the highest " + list;
+      " consecutive iterations: threshold min(0.70x, exp(-3 sigma)), sigma " + fmt("%.3f", nd.sigma) +
+      sigma_parts(nd.temporal, nd.cross) + "); per iteration, the highest " + list;
   return f;
 }
 
@@ -439,16 +523,16 @@ void node_link_findings(const Normalized& n, const std::vector<Direction>& dirs,
       prev = l;
     }
   }
-  const double sigma = kMadToSigma * median(diffs) / std::sqrt(2.0);
-  const double threshold = std::min(kSlowLinkRatio, std::exp(-kLinkZ * sigma));
+  const double temporal = kMadToSigma * median(diffs) / std::sqrt(2.0);
   for (const NodeLink& nl : nodes) {
+    Direction nd = as_direction(nl, temporal);
     if (debug::lines_on()) {
-      std::string l = "node link " + n.nodes[nl.node] + ": threshold " + fmt("%.2f", threshold) + " sigma " +
-                      fmt("%.3f", sigma) + ", ratios";
+      std::string l = "node link " + n.nodes[nl.node] + ": threshold " + fmt("%.2f", nd.threshold) +
+                      " sigma " + fmt("%.3f", temporal) + " cross " + fmt("%.3f", nl.cross) + ", ratios";
       for (double x : nl.ratio) l += " " + fmt("%.2f", x);
       debug::line(l);
     }
-    Run r = degraded_run(as_direction(nl, threshold, sigma), iters);
+    Run r = degraded_run(nd, iters);
     if (r.onset < 0) continue;
     const std::string& name = n.nodes[nl.node];
     std::erase_if(out, [&](const Finding& f) {
@@ -456,7 +540,7 @@ void node_link_findings(const Normalized& n, const std::vector<Direction>& dirs,
       return f.kind == "slow_link" && arrow != std::string::npos &&
              (f.subject.substr(0, arrow) == name || f.subject.substr(arrow + 2) == name);
     });
-    out.push_back(node_finding(n, dirs, nl, r, threshold, sigma, t, iters));
+    out.push_back(node_finding(n, dirs, nl, r, nd, t, iters));
   }
 }
 

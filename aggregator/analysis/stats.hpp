@@ -37,6 +37,18 @@ inline double robust_sigma(const std::vector<double>& v, double med) {
   return kMadToSigma * mad(v, med);
 }
 
+// Robust standard deviation of a small sample around its own median: kMadToSigma x MAD times the
+// small-sample correction b_n of Croux & Rousseeuw (1992, "Time-efficient algorithms for two highly robust
+// estimators of scale"), which makes it unbiased for Gaussian samples of 2 to 9 values (n / (n - 0.8) above).
+// MAD alone reads low for so few: with 3 values one deviation is always 0. 0 for fewer than 2 values.
+inline double small_sample_sigma(const std::vector<double>& v) {
+  static constexpr double kB[] = {0, 0, 1.196, 1.495, 1.363, 1.206, 1.200, 1.140, 1.129, 1.107};
+  size_t n = v.size();
+  if (n < 2) return 0;
+  double b = n < 10 ? kB[n] : static_cast<double>(n) / (static_cast<double>(n) - 0.8);
+  return b * robust_sigma(v, median(v));
+}
+
 // Typical size of the messages in `sizes`: the median over those of at least a tenth of the largest, so
 // that small control messages (notifications, barriers) riding the same connection do not drag it down.
 inline double typical_size(std::vector<double> sizes) {

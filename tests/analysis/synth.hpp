@@ -37,7 +37,11 @@ struct Spec {
   int slow_from = 0;
   int slow_to = 1 << 30;   // last slow iteration (a transient glitch: from = to)
   bool slow_both = false;  // the slow node's incoming transfers too (its host link, both ways)
-  int pause_at = -1;       // every node pauses pause_ms at the start of this iteration
+  // Each direction's rate times exp(N(0, link_spread)), and each iteration's times exp(N(0, link_spread /
+  // 5)): links paced by their hosts' CPUs rather than by a line rate, some lastingly faster than others as on
+  // the OpenMPI runs beside CPU burners (0: every link at link_mbps).
+  double link_spread = 0;
+  int pause_at = -1;  // every node pauses pause_ms at the start of this iteration
   double pause_ms = 0;
   int hang_at = -1;  // traffic stops at this iteration (node hang_node stops first); no teardown
   int hang_node = 0;

@@ -83,6 +83,13 @@ SCENARIOS = {
                     "--iters", "14", "--fault", "cpuload:workers=3"],
     "pause_dp4": ["--dp", "4", "--pp", "1", "--iters", "14", "--fault", "pause:at=5,seconds=2", "--fault",
                   "cpuload:workers=3"],
+    # OpenMPI DP4 beside 3 CPU burners on unshaped veths (the alarms campaign's healthy_mpi4_load and pause_mpi4
+    # of 2026-11-28): a rank starved of CPU for several iterations ran one direction or all of its node's at
+    # 0.22-0.51 of the others, a false slow_link until the comparison noise (diagnosis_link.cpp).
+    "mpi_dp4_loaded": ["--stack", "mpi", "--dp", "4", "--pp", "1", "--fwd-ms", "150", "--iters", "14", "--fault",
+                       "cpuload:workers=3"],
+    "pause_mpi4_loaded": ["--stack", "mpi", "--dp", "4", "--pp", "1", "--fwd-ms", "150", "--iters", "14", "--fault",
+                          "pause:at=6,seconds=2", "--fault", "cpuload:workers=3"],
     "slowlink_2x": ["--dp", "2", "--pp", "2", "--link-rate", "400mbit", "--iters", "16", "--fault",
                     "slowlink:node=n1,rate=200mbit,from=6"],
     "slowlink_2x_dp4": ["--dp", "4", "--pp", "1", "--link-rate", "400mbit", "--iters", "16", "--fault",
