@@ -162,7 +162,8 @@ void reference_rates(std::vector<Direction>& dirs, size_t iters) {
       for (size_t k : members)
         if (dirs[k].rate[i] > 0) all.push_back(dirs[k].rate[i]);
       if (members.size() > kExactPeers) {
-        double role_median = all.size() > 2 ? median(all) : 0, role_noise = comparison_noise(all);
+        double role_median = all.size() > 2 ? median(all) : 0;
+        double role_noise = role_median > 0 ? comparison_noise(all) : 0;
         for (size_t k : members) {
           dirs[k].ref[i] = role_median;
           dirs[k].noise[i] = role_noise;
@@ -185,11 +186,11 @@ void reference_rates(std::vector<Direction>& dirs, size_t iters) {
 }
 
 // The median of a direction's (or node's) per-iteration comparison noise over the iterations it is measured
-// in (from kWarmup on).
-double cross_noise(const std::vector<double>& noise, const std::vector<double>& ratio_or_rate, size_t iters) {
+// in (its rate or ratio > 0, from kWarmup on).
+double cross_noise(const std::vector<double>& noise, const std::vector<double>& measured, size_t iters) {
   std::vector<double> v;
   for (size_t i = kWarmup; i < iters; ++i)
-    if (ratio_or_rate[i] > 0 && noise[i] > 0) v.push_back(noise[i]);
+    if (measured[i] > 0 && noise[i] > 0) v.push_back(noise[i]);
   return median(std::move(v));
 }
 
@@ -212,7 +213,7 @@ void thresholds(std::vector<Direction>& dirs, size_t iters) {
   for (const auto& [role, v] : diffs) sigma[role] = kMadToSigma * median(v) / std::sqrt(2.0);
   for (Direction& d : dirs) {
     d.temporal = sigma[d.role];
-    d.cross = cross_noise(d.noise, d.ref, iters);
+    d.cross = cross_noise(d.noise, d.rate, iters);
     d.sigma = std::max(d.temporal, d.cross);
     d.threshold = std::min(kSlowLinkRatio, std::exp(-kLinkZ * d.sigma));
   }
