@@ -44,14 +44,22 @@ namespace {
 // comparable links themselves: at a line rate they agree within a few percent, CPU-paced they spread over a
 // factor of 2-6 in every iteration. So each direction's (and node's) sigma is the larger of the spread over
 // time and its comparison noise, the spread of its own comparable links around their median
-// (comparison_noise(), its median over the measured iterations): 0.02-0.12 for every slow link of the
-// campaign and the kept samples (unchanged thresholds: exp(-3 x 0.12) > 0.7), 0.41-1.06 for the CPU-paced
-// directions and nodes (thresholds 0.04-0.29, below their 0.22-0.51).
+// (comparison_noise(), its median over the measured iterations; from kNoiseMinPeers comparable links on):
+// 0.05-0.08 for the slow links of the campaign and the kept samples that have that many (unchanged
+// thresholds: exp(-3 x 0.12) > 0.7), 0.41-1.06 for the CPU-paced directions and nodes (thresholds
+// 0.04-0.29, below their 0.22-0.51).
 constexpr double kSlowLinkRatio = 0.7;
 constexpr double kLinkZ = 3.0;
 constexpr size_t kLinkPersist = 4;
 // Transfers of at least 64 KiB carry a rate; smaller ones are dominated by latency, not rate.
 constexpr uint64_t kRateMinBytes = 64 * 1024;
+// Comparable links needed to measure their spread. Of two or three, the MAD rests on one or two deviations
+// and one slow link among them is half of them: on the fabric campaign's DP4 rings (3 comparable links per
+// direction) a 6 % gap between two healthy links at line rate read as noise 0.17 (threshold 0.60), and with
+// a leaf's uplinks at half rate (ratios 0.55-0.62) the fabric finding was lost in 4 of 5 fresh runs. Four or
+// more: one slow link among them does not move the MAD (the CPU-paced OpenMPI DP4: 6 per direction, 4 per
+// node). Below it the spread over time alone sets sigma, as before.
+constexpr size_t kNoiseMinPeers = 4;
 // Roles with more directions than this compare with the role's median over all of them (excluding one pair
 // moves the median of so many by at most one rank) to stay linear in the job's size.
 constexpr size_t kExactPeers = 16;
@@ -105,12 +113,13 @@ struct Direction {
 // The noise of comparing one link's rate with the median of n comparable links' rates: how far the
 // comparable links themselves sit from one another (the robust sigma of their log rates), widened by the
 // uncertainty of their median (its variance is about pi / (2n) of theirs). Links at a common line rate sit
-// within a few percent of one another (0.02-0.12 over the alarms campaign's shaped runs and the kept
-// samples); links paced by their hosts' CPUs rather than by a line rate spread over a factor of 2-6 in one
-// iteration (0.5-1.06 on the OpenMPI DP4 runs beside CPU burners), and a link at half of such a reference
-// is no slower than its comparable links are from one another. 0 for fewer than two.
+// within a few percent of one another (0.04-0.08 on the alarms campaign's shaped DP3 x PP2 runs, 5
+// comparable links per direction); links paced by their hosts' CPUs rather than by a line rate spread over a
+// factor of 2-6 in one iteration (0.5-1.06 on the OpenMPI DP4 runs beside CPU burners), and a link at half of
+// such a reference is no slower than its comparable links are from one another. 0 for fewer than
+// kNoiseMinPeers.
 double comparison_noise(const std::vector<double>& rates) {
-  if (rates.size() < 2) return 0;
+  if (rates.size() < kNoiseMinPeers) return 0;
   std::vector<double> logs;
   logs.reserve(rates.size());
   for (double r : rates) logs.push_back(std::log(r));
@@ -256,8 +265,13 @@ double whatif_step(const std::vector<const Xfer*>& own, double ref, double step,
   return std::max(0.0, step - per_iter);
 }
 
-// What a finding's sigma is made of, for its evidence.
+// What a finding's sigma is made of, for its evidence (a cross spread of 0: fewer than kNoiseMinPeers
+// comparable links in every iteration).
 std::string sigma_parts(double temporal, double cross) {
+  if (cross <= 0)
+    return " the job's iteration-to-iteration spread of log rate ratios (the comparable links' spread is not "
+           "measured: fewer than " +
+           std::to_string(kNoiseMinPeers) + " of them)";
   return " the larger of the job's iteration-to-iteration spread of log rate ratios (" +
          fmt("%.3f", temporal) + ") and the comparable links' spread around their median (" +
          fmt("%.3f", cross) + ")";
