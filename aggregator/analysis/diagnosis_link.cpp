@@ -359,32 +359,6 @@ struct NodeLink {
 
 constexpr size_t kNodeMinPeers = 2;
 
-// The k-th smallest (from 0) of the multiset s without e (e a part of s; both sorted): the first value of s
-// at which s without e holds k + 1 values, by bisection, without copying s.
-double kth_without(const std::vector<double>& s, const std::vector<double>& e, size_t k) {
-  auto count_le = [&](double x) {
-    return static_cast<size_t>(std::upper_bound(s.begin(), s.end(), x) - s.begin()) -
-           static_cast<size_t>(std::upper_bound(e.begin(), e.end(), x) - e.begin());
-  };
-  size_t lo = 0, hi = s.size() - 1;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (count_le(s[mid]) >= k + 1)
-      hi = mid;
-    else
-      lo = mid + 1;
-  }
-  return s[lo];
-}
-
-// median() of s without e, the same value (the same multiset), at the cost of e's size, not s's.
-double median_without(const std::vector<double>& s, const std::vector<double>& e) {
-  size_t n = s.size() - e.size();
-  if (n == 0) return 0;
-  if (n % 2) return kth_without(s, e, n / 2);
-  return (kth_without(s, e, n / 2 - 1) + kth_without(s, e, n / 2)) / 2;
-}
-
 // Per role, per iteration: the rates (> 0) of all its directions, sorted, and, where they are more than
 // kExactPeers, their comparison noise (a node's few directions barely move the spread of so many).
 struct RoleRates {

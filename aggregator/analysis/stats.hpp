@@ -49,6 +49,33 @@ inline double small_sample_sigma(const std::vector<double>& v) {
   return b * robust_sigma(v, median(v));
 }
 
+// The k-th smallest (from 0) of the multiset s without e (e a part of s; both sorted): the first value of s
+// at which s without e holds k + 1 values, by bisection, without copying s.
+inline double kth_without(const std::vector<double>& s, const std::vector<double>& e, size_t k) {
+  auto count_le = [&](double x) {
+    return static_cast<size_t>(std::upper_bound(s.begin(), s.end(), x) - s.begin()) -
+           static_cast<size_t>(std::upper_bound(e.begin(), e.end(), x) - e.begin());
+  };
+  size_t lo = 0, hi = s.size() - 1;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (count_le(s[mid]) >= k + 1)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return s[lo];
+}
+
+// median() of s without e (the reference of a node's links against the role's others, diagnosis_link.cpp),
+// the same value (the same multiset), at the cost of e's size, not s's.
+inline double median_without(const std::vector<double>& s, const std::vector<double>& e) {
+  size_t n = s.size() - e.size();
+  if (n == 0) return 0;
+  if (n % 2) return kth_without(s, e, n / 2);
+  return (kth_without(s, e, n / 2 - 1) + kth_without(s, e, n / 2)) / 2;
+}
+
 // Typical size of the messages in `sizes`: the median over those of at least a tenth of the largest, so
 // that small control messages (notifications, barriers) riding the same connection do not drag it down.
 inline double typical_size(std::vector<double> sizes) {
