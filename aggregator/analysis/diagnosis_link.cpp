@@ -37,17 +37,12 @@ namespace {
 // weakest 2x link); over 3 iterations no z separates them with margin. The 0.7 floor keeps a steady job's
 // small sigma (0.03-0.08 on links running at line rate) from turning a 20 % wobble into a fault. So a 2x slow
 // link is found where sigma < ln 2 / 3 = 0.23; on CPU-paced hosts only links slower than exp(-3 sigma).
-// That spread over time did not cover a host whose CPU starves it for several iterations in a row: on the
-// OpenMPI DP4 runs beside CPU burners (unshaped veths, 0.6-3.7 GB/s), one direction or node ran at 0.22-0.51
-// of its comparable links for 4-11 iterations against thresholds of 0.53-0.63 (sigma 0.15-0.21), false
-// slow_links in 2 of 6 such runs and again in 2 of the 44 runs of 2026-11-28. What tells them apart is the
-// comparable links themselves: at a line rate they agree within a few percent, CPU-paced they spread over a
-// factor of 2-6 in every iteration. So each direction's (and node's) sigma is the larger of the spread over
-// time and its comparison noise, the spread of its own comparable links around their median
-// (comparison_noise(), its median over the measured iterations; from kNoiseMinPeers comparable links on):
-// 0.05-0.08 for the slow links of the campaign and the kept samples that have that many (unchanged
-// thresholds: exp(-3 x 0.12) > 0.7), 0.41-1.06 for the CPU-paced directions and nodes (thresholds
-// 0.04-0.29, below their 0.22-0.51).
+// That spread over time missed a host starved of CPU for several iterations (OpenMPI DP4 beside CPU burners:
+// a direction or node at 0.22-0.51 of its comparable links against thresholds 0.53-0.63; false slow_links in
+// 2 of one campaign batch's 44 runs, 3 of 10 fresh runs of that shape). So sigma is the larger of it and the
+// comparison noise, the spread of the direction's own comparable links (comparison_noise()): 0.04-0.08 at a
+// line rate (thresholds unchanged), 0.41-1.06 where the hosts' CPUs pace them (docs/analysis.md, "Slow
+// link").
 constexpr double kSlowLinkRatio = 0.7;
 constexpr double kLinkZ = 3.0;
 constexpr size_t kLinkPersist = 4;
@@ -112,12 +107,9 @@ struct Direction {
 
 // The noise of comparing one link's rate with the median of n comparable links' rates: how far the
 // comparable links themselves sit from one another (the robust sigma of their log rates), widened by the
-// uncertainty of their median (its variance is about pi / (2n) of theirs). Links at a common line rate sit
-// within a few percent of one another (0.04-0.08 on the alarms campaign's shaped DP3 x PP2 runs, 5
-// comparable links per direction); links paced by their hosts' CPUs rather than by a line rate spread over a
-// factor of 2-6 in one iteration (0.5-1.06 on the OpenMPI DP4 runs beside CPU burners), and a link at half of
-// such a reference is no slower than its comparable links are from one another. 0 for fewer than
-// kNoiseMinPeers.
+// uncertainty of their median (its variance is about pi / (2n) of theirs). A link at half of a reference
+// that spreads over a factor of 2-6 is no slower than its comparable links are from one another (values
+// measured: the header comment). 0 for fewer than kNoiseMinPeers.
 double comparison_noise(const std::vector<double>& rates) {
   if (rates.size() < kNoiseMinPeers) return 0;
   std::vector<double> logs;
@@ -498,9 +490,13 @@ Finding node_finding(const Normalized& n, const std::vector<Direction>& dirs, co
   return f;
 }
 
-// Nodes whose every direction is slow: their directions' own findings are replaced by one for the node.
-void node_link_findings(const Normalized& n, const std::vector<Direction>& dirs, const Timeline& t,
-                        size_t iters, std::vector<Finding>& out) {
+// Every node's link: its ratios, its threshold (as a Direction) and its degraded run (onset -1: none).
+struct NodeRun {
+  NodeLink nl;
+  Direction nd;
+  Run r;
+};
+std::vector<NodeRun> node_runs(const std::vector<Direction>& dirs, size_t iters) {
   std::vector<NodeLink> nodes = node_links(dirs, iters);
   std::vector<double> diffs;
   for (const NodeLink& nl : nodes) {
@@ -513,23 +509,34 @@ void node_link_findings(const Normalized& n, const std::vector<Direction>& dirs,
     }
   }
   const double temporal = kMadToSigma * median(diffs) / std::sqrt(2.0);
-  for (const NodeLink& nl : nodes) {
+  std::vector<NodeRun> out;
+  for (NodeLink& nl : nodes) {
     Direction nd = as_direction(nl, temporal);
+    Run r = degraded_run(nd, iters);
+    out.push_back({std::move(nl), std::move(nd), std::move(r)});
+  }
+  return out;
+}
+
+// Nodes whose every direction is slow: their directions' own findings are replaced by one for the node.
+void node_link_findings(const Normalized& n, const std::vector<Direction>& dirs, const Timeline& t,
+                        size_t iters, std::vector<Finding>& out) {
+  for (const NodeRun& nr : node_runs(dirs, iters)) {
     if (debug::lines_on()) {
-      std::string l = "node link " + n.nodes[nl.node] + ": threshold " + fmt("%.2f", nd.threshold) +
-                      " sigma " + fmt("%.3f", temporal) + " cross " + fmt("%.3f", nl.cross) + ", ratios";
-      for (double x : nl.ratio) l += " " + fmt("%.2f", x);
+      std::string l = "node link " + n.nodes[nr.nl.node] + ": threshold " + fmt("%.2f", nr.nd.threshold) +
+                      " sigma " + fmt("%.3f", nr.nd.temporal) + " cross " + fmt("%.3f", nr.nl.cross) +
+                      ", ratios";
+      for (double x : nr.nl.ratio) l += " " + fmt("%.2f", x);
       debug::line(l);
     }
-    Run r = degraded_run(nd, iters);
-    if (r.onset < 0) continue;
-    const std::string& name = n.nodes[nl.node];
+    if (nr.r.onset < 0) continue;
+    const std::string& name = n.nodes[nr.nl.node];
     std::erase_if(out, [&](const Finding& f) {
       auto arrow = f.subject.find("->");
       return f.kind == "slow_link" && arrow != std::string::npos &&
              (f.subject.substr(0, arrow) == name || f.subject.substr(arrow + 2) == name);
     });
-    out.push_back(node_finding(n, dirs, nl, r, nd, t, iters));
+    out.push_back(node_finding(n, dirs, nr.nl, nr.r, nr.nd, t, iters));
   }
 }
 
@@ -555,21 +562,33 @@ std::vector<DirectionState> direction_states(const Normalized& n, const JobSlice
                                              const Timeline& t, size_t iters) {
   using namespace diagnosis_steps;
   std::vector<DirectionState> out;
-  for (const Direction& d : measured_directions(job, s, t, iters)) {
+  std::vector<Direction> dirs = measured_directions(job, s, t, iters);
+  // A direction through a node whose link is degraded is slow from the node's onset on (every direction
+  // through the node is then): its own comparison can start later, its reference holding the node's other
+  // slow direction (node_link_findings). A leaf's uplinks at half rate: a tenant's directions through the
+  // leaf's node read 0.66-0.67 in one iteration against their threshold of 0.62 while the node's stayed below
+  // its 0.68, and the fabric finding was dated 3 iterations late (1 of 8 fresh fabric_leaf runs).
+  std::vector<int> node_onset(dirs.size(), -1);
+  for (const NodeRun& nr : node_runs(dirs, iters))
+    for (size_t k : nr.nl.dirs)
+      if (nr.r.onset >= 0 && (node_onset[k] < 0 || nr.r.onset < node_onset[k])) node_onset[k] = nr.r.onset;
+  for (size_t k = 0; k < dirs.size(); ++k) {
+    const Direction& d = dirs[k];
     DirectionState st;
     st.src = n.nodes[d.src];
     st.dst = n.nodes[d.dst];
-    Run r = degraded_run(d, iters);
+    int onset = degraded_run(d, iters).onset;
+    if (node_onset[k] >= 0 && (onset < 0 || node_onset[k] < onset)) onset = node_onset[k];
     std::vector<double> ratios;
     for (size_t i = kWarmup; i < iters; ++i)
       if (d.rate[i] > 0 && d.ref[i] > 0) {
         ++st.measured;
         st.measured_at.push_back(t.boundaries[i]);
-        if (r.onset < 0 || i >= static_cast<size_t>(r.onset)) ratios.push_back(d.rate[i] / d.ref[i]);
+        if (onset < 0 || i >= static_cast<size_t>(onset)) ratios.push_back(d.rate[i] / d.ref[i]);
       }
-    st.onset = r.onset;
+    st.onset = onset;
     st.ratio = ratios.empty() ? 1.0 : median(ratios);
-    st.start_ns = r.onset >= 0 ? t.boundaries[static_cast<size_t>(r.onset)] : 0;
+    st.start_ns = onset >= 0 ? t.boundaries[static_cast<size_t>(onset)] : 0;
     out.push_back(std::move(st));
   }
   return out;
