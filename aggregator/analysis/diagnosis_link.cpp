@@ -41,8 +41,7 @@ namespace {
 // a direction or node at 0.22-0.51 of its comparable links against thresholds 0.53-0.63; false slow_links in
 // 2 of one campaign batch's 44 runs, 3 of 10 fresh runs of that shape). So sigma is the larger of it and the
 // comparison noise, the spread of the direction's own comparable links (comparison_noise()): 0.04-0.08 at a
-// line rate (thresholds unchanged), 0.41-1.06 where the hosts' CPUs pace them (docs/analysis.md, "Slow
-// link").
+// line rate (thresholds unchanged), 0.41-1.06 where the hosts' CPUs pace them (docs/analysis.md has it).
 constexpr double kSlowLinkRatio = 0.7;
 constexpr double kLinkZ = 3.0;
 constexpr size_t kLinkPersist = 4;
@@ -395,6 +394,7 @@ void node_iteration(const std::vector<Direction>& dirs, const std::map<EdgeRole,
   for (auto& [role, v] : own) std::sort(v.begin(), v.end());
   double highest = 0;
   std::vector<double> noise;
+  std::map<EdgeRole, double> role_noise;  // the same for every direction of a role: computed once
   for (size_t m = 0; m < nl.dirs.size(); ++m) {
     const Direction& d = dirs[nl.dirs[m]];
     if (d.rate[i] <= 0) continue;  // idle in this iteration: no evidence either way
@@ -406,7 +406,9 @@ void node_iteration(const std::vector<Direction>& dirs, const std::map<EdgeRole,
     if (m == 0 || nl.ref[i] <= 0) nl.ref[i] = ref;
     nl.dir_ratio[m][i] = d.rate[i] / ref;
     highest = std::max(highest, nl.dir_ratio[m][i]);
-    noise.push_back(noise_without(rr, i, mine));
+    auto [it, fresh] = role_noise.try_emplace(d.role, 0.0);
+    if (fresh) it->second = noise_without(rr, i, mine);
+    noise.push_back(it->second);
   }
   nl.ratio[i] = highest;
   nl.noise[i] = median(std::move(noise));

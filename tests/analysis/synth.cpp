@@ -66,8 +66,8 @@ struct Emitter {
     double rate = s.link_mbps * 1e6;
     bool through = src == s.slow_node || (s.slow_both && dst == s.slow_node);
     if (through && iter >= s.slow_from && iter <= s.slow_to) rate /= s.slow_factor;
-    if (s.link_spread >
-        0) {  // drawn from the direction (and iteration) alone: the same whatever the call order
+    // Drawn from the direction (and iteration) alone: the same whatever the call order.
+    if (s.link_spread > 0) {
       uint32_t dir =
           s.seed * 1'000'003u + static_cast<uint32_t>(src) * 7'919u + static_cast<uint32_t>(dst) * 104'729u;
       std::mt19937 lasting(dir), now(dir + 1'000u * static_cast<uint32_t>(iter + 1));
