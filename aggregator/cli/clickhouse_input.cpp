@@ -44,6 +44,14 @@ std::optional<analysis::Input> load_clickhouse(const std::string& url, uint64_t 
       },
       err, only);
   if (!ok) return std::nullopt;
+  // Counters-only agents' RDMA records (the counters source of analyze(), as for a recording).
+  if (!reader.scan_rdma(
+          since, until, [&](Batch&& b) { add_rdma(b, in); }, err, only))
+    return std::nullopt;
+  std::erase_if(in.rdma_bursts, [&](const analysis::NodePortBurst& b) {  // as clip() does a recording's
+    return b.burst.last_ns < since || b.burst.first_ns > until;
+  });
+  for (const auto& b : in.rdma_bursts) in.now_ns = std::max(in.now_ns, b.burst.last_ns);
   return in;
 }
 

@@ -72,6 +72,14 @@ struct ProgressLine {
 
 }  // namespace
 
+void add_rdma(const Batch& b, analysis::Input& in) {
+  // RDMA counters (counters-only agents): port bursts, QP rows at their read time, last table read.
+  for (const auto& r : b.rdma_bursts) in.rdma_bursts.push_back({b.node, r});
+  for (const auto& q : b.qps) in.qps.push_back({b.node, q.ts_ns ? q.ts_ns : b.sent_ns, q});
+  if (auto it = b.counters.find("rdma_qp_table_read_ns"); it != b.counters.end())
+    in.qp_read_ns[b.node] = std::max(in.qp_read_ns[b.node], it->second);
+}
+
 analysis::Input load_native(store::Store& s, std::vector<std::string>& warnings) {
   analysis::Input in;
   in.offline = true;  // a recording, not a live feed (the analysis judges hung/ended differently then)
@@ -85,11 +93,7 @@ analysis::Input load_native(store::Store& s, std::vector<std::string>& warnings)
           in.events.push_back(analysis::flow_event(b.node, f));
           in.now_ns = std::max<uint64_t>(in.now_ns, f.last_ns);
         }
-        // RDMA counters (counters-only agents): port bursts, QP rows at their read time, last table read.
-        for (const auto& r : b.rdma_bursts) in.rdma_bursts.push_back({b.node, r});
-        for (const auto& q : b.qps) in.qps.push_back({b.node, q.ts_ns ? q.ts_ns : b.sent_ns, q});
-        if (auto it = b.counters.find("rdma_qp_table_read_ns"); it != b.counters.end())
-          in.qp_read_ns[b.node] = std::max(in.qp_read_ns[b.node], it->second);
+        add_rdma(b, in);
       },
       [&](const std::string& e) { warnings.push_back(e); });
   return in;

@@ -20,6 +20,8 @@ namespace netprism::cli {
 // agents' HELLOs, and the RDMA counters (bursts, QP rows, table reads): the offline analysis of a data dir or
 // a recording. Unreadable batches are warnings.
 analysis::Input load_native(store::Store& s, std::vector<std::string>& warnings);
+// Adds b's RDMA records (port bursts, QP table rows, the last table read) to in, as load_native() does.
+void add_rdma(const Batch& b, analysis::Input& in);
 
 // Records analysed: those overlapping [since, until] (Unix ns, both included), `analyze --since/--until`.
 struct TimeRange {

@@ -59,6 +59,29 @@ std::optional<std::vector<Reader::Edge>> Reader::edges(uint64_t since, uint64_t 
   return r.ok() ? std::optional(std::move(out)) : std::nullopt;
 }
 
+bool Reader::scan_rdma(uint64_t since, uint64_t until, const std::function<void(Batch&&)>& fn,
+                       std::string& err, const std::vector<std::string>& nodes) const {
+  std::string where = window_sql(since, until);
+  if (!nodes.empty()) {
+    std::string in;
+    for (const auto& n : nodes) in += (in.empty() ? "" : ",") + sql_quote(n);
+    where += " AND node IN (" + in + ")";
+  }
+  // One read: a row per batch of a counters-only agent (one every 0.1-1 s per node), not per flowlet.
+  auto reply = server_.query("SELECT node, epoch, seq, first_ns, last_ns, received_ns, batch FROM " +
+                                 table(server_.url(), "rdma") + " FINAL WHERE " + where +
+                                 " ORDER BY first_ns, node, epoch, seq FORMAT RowBinary",
+                             err);
+  if (!reply) return false;
+  RowReader r(*reply);
+  while (!r.at_end()) {
+    auto b = read_rdma_row(r, err);
+    if (!b) return false;
+    fn(std::move(*b));
+  }
+  return true;
+}
+
 bool Reader::scan(uint64_t since, uint64_t until, const std::function<void(const FlowletRow&)>& fn,
                   std::string& err, const std::vector<std::string>& nodes, uint64_t rows_per_page) const {
   const std::string t = table(server_.url(), "flowlets");

@@ -31,6 +31,10 @@ class Reader {
   bool scan(uint64_t since, uint64_t until, const std::function<void(const FlowletRow&)>& fn,
             std::string& err, const std::vector<std::string>& nodes = {},
             uint64_t rows_per_page = 1'000'000) const;
+  // fn(batch) for every row of the rdma table (tables.hpp) overlapping [since, until], in time order: the
+  // RDMA port bursts, QP table rows and table reads of counters-only agents, flowlets empty. false with err.
+  bool scan_rdma(uint64_t since, uint64_t until, const std::function<void(Batch&&)>& fn, std::string& err,
+                 const std::vector<std::string>& nodes = {}) const;
   // Who talked to whom in the window: every distinct (observer, saddr, daddr), aggregated by the server.
   struct Edge {
     std::string node;

@@ -6,6 +6,9 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <variant>
+
+#include "netprism/wire.hpp"
 
 namespace netprism::clickhouse {
 
@@ -47,6 +50,12 @@ std::vector<TableDef> tables() {
        "ReplacingMergeTree(registered_ns) ORDER BY node", "cityHash64(node)"},
       {"own_ports", "aggregator String, port UInt16", "ReplacingMergeTree() ORDER BY (aggregator, port)",
        "cityHash64(aggregator)"},
+      {"rdma",
+       std::string("node String, epoch UInt64, seq UInt64, first_ns UInt64, last_ns UInt64, ") +
+           "received_ns UInt64, batch String, " + kInsertedColumn,
+       "ReplacingMergeTree() PARTITION BY intDiv(first_ns, 86400000000000) ORDER BY (node, first_ns, epoch, "
+       "seq)",
+       "cityHash64(node)"},
   };
 }
 
@@ -97,6 +106,61 @@ std::string flowlet_columns() {
   each_field_type(
       [&](const char* n, const std::string&) { out += (out.empty() ? "" : ", ") + std::string(n); });
   return out;
+}
+
+bool has_rdma(const Batch& b) {
+  return !b.rdma_bursts.empty() || !b.qps.empty() || b.counters.contains(kQpTableReadCounter);
+}
+
+void append_rdma_row(const Batch& b, uint64_t received_ns, std::string& out) {
+  Batch rest;  // the batch without its flowlets, as the wire codec writes it (the store keeps it so too)
+  rest.node = b.node;
+  rest.epoch = b.epoch;
+  rest.seq = b.seq;
+  rest.sent_ns = b.sent_ns;
+  rest.rdma_samples = b.rdma_samples;
+  rest.rdma_bursts = b.rdma_bursts;
+  rest.qps = b.qps;
+  if (auto it = b.counters.find(kQpTableReadCounter); it != b.counters.end()) rest.counters.insert(*it);
+  uint64_t lo = b.sent_ns, hi = b.sent_ns;
+  auto span = [&](uint64_t t0, uint64_t t1) {
+    if (t0) lo = std::min(lo ? lo : t0, t0);
+    hi = std::max(hi, t1);
+  };
+  for (const auto& r : b.rdma_bursts) span(r.first_ns, r.last_ns);
+  for (const auto& q : b.qps) span(q.ts_ns, q.ts_ns);
+  if (auto it = rest.counters.find(kQpTableReadCounter); it != rest.counters.end())
+    span(it->second, it->second);
+  RowWriter w(out);
+  w.string(b.node);
+  w.uint(b.epoch);
+  w.uint(b.seq);
+  w.uint(lo);
+  w.uint(hi);
+  w.uint(received_ns);
+  w.string(wire::encode(rest));
+}
+
+std::optional<Batch> read_rdma_row(RowReader& r, std::string& err) {
+  const std::string_view node = r.string();
+  r.uint<uint64_t>();  // epoch, seq, first_ns, last_ns, received_ns: also in the batch, or not needed
+  r.uint<uint64_t>();
+  r.uint<uint64_t>();
+  r.uint<uint64_t>();
+  r.uint<uint64_t>();
+  const std::string_view bytes = r.string();
+  if (!r.ok()) {
+    err = "malformed rdma row";
+    return std::nullopt;
+  }
+  auto m = wire::decode(bytes);
+  auto* b = m ? std::get_if<Batch>(&m.message->body) : nullptr;
+  if (!b) {
+    err = "rdma row of " + std::string(node) + " does not decode: " + (m ? "not a batch" : m.error);
+    return std::nullopt;
+  }
+  b->node = node;
+  return std::move(*b);
 }
 
 void append_flowlet_rows(const Batch& b, uint64_t received_ns, std::string& out) {

@@ -12,12 +12,17 @@
 //  nodes      the latest HELLO's addresses of every node (ReplacingMergeTree(registered_ns) by node): the
 //             address -> node map of the analysis.
 //  own_ports  each aggregator's own ports (netprism's traffic, left out of the analysis).
+//  rdma       one row per batch carrying RDMA port bursts, QP table rows or a QP table read (counters-only
+//             agents on NICs whose RDMA bypasses the probe): the batch without its flowlets as a wire message
+//             (wire.hpp: the one codec of those records, as the store keeps them), with the time span it
+//             covers. ReplacingMergeTree by (node, first_ns, epoch, seq), partitioned by day like flowlets.
 // With a cluster (`&cluster=NAME` in the URL) each is a *_local table on the server the URL names and a
 // Distributed table over the cluster, sharded by cityHash64(node) (own_ports: by aggregator), so all rows of
 // a node -- and so every copy of a row -- live on one shard, where ReplacingMergeTree can merge them.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,6 +62,16 @@ struct StoredBatch {
   uint64_t received_ns;
 };
 void append_flowlet_block(const std::vector<StoredBatch>& batches, std::string& out);
+
+// The agents' counter that marks a QP table read (also one that listed nothing), in a batch's counters.
+inline constexpr const char* kQpTableReadCounter = "rdma_qp_table_read_ns";
+// Whether b has anything for the rdma table; its row (RowBinary: node, epoch, seq, first_ns, last_ns,
+// received_ns, batch).
+bool has_rdma(const Batch& b);
+void append_rdma_row(const Batch& b, uint64_t received_ns, std::string& out);
+// A row SELECTed as "node, epoch, seq, first_ns, last_ns, received_ns, batch": the batch (flowlets empty,
+// node set), or nullopt with err.
+std::optional<Batch> read_rdma_row(RowReader& r, std::string& err);
 
 // A flowlets row as SELECTed with "node, epoch, seq, idx, received_ns, " + flowlet_columns().
 struct FlowletRow {

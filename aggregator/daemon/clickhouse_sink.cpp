@@ -213,6 +213,7 @@ bool ClickHouseSink::sink_page(store::Store& st, bool& moved, std::string& err) 
     next.rows += page[i].flowlets.size();
   }
   next.batches = fresh.size();
+  if (!sink_rdma(page, received, there, err)) return false;
   // Keep asking while pages turn out to be there already: a crash or a failure leaves at most two pages in
   // ClickHouse beyond the mark, but a mark file lost or restored from a backup can lag by any number.
   const bool verify_next = !there.empty();
@@ -235,6 +236,28 @@ bool ClickHouseSink::sink_page(store::Store& st, bool& moved, std::string& err) 
     return ok ? std::string() : (e.empty() ? std::string("insert failed") : e);
   });
   if (verify_) return finish_insert(moved, err);  // catching up after a failure: one page at a time
+  return true;
+}
+
+bool ClickHouseSink::sink_rdma(const std::vector<Batch>& page, const std::vector<uint64_t>& received,
+                               const std::set<Key>& there, std::string& err) {
+  // Counters-only agents' RDMA records, a row per batch that has any (most batches have none). Synchronous:
+  // small, and before the page's flowlets, so the mark never passes a batch whose RDMA row failed. A batch
+  // with no flowlets is not in `there` (present() asks the flowlets table) and may be inserted again after
+  // a failure: the rdma table's key makes that one row (tables.hpp).
+  std::string rows;
+  uint64_t n = 0;
+  for (std::size_t i = 0; i < page.size(); ++i)
+    if (clickhouse::has_rdma(page[i]) && !there.count({page[i].node, page[i].epoch, page[i].seq})) {
+      clickhouse::append_rdma_row(page[i], received[i], rows);
+      ++n;
+    }
+  if (n == 0) return true;
+  if (!server_.insert(clickhouse::table(server_.url(), "rdma") +
+                          " (node, epoch, seq, first_ns, last_ns, received_ns, batch)",
+                      rows, err, insert_settings(server_.url())))
+    return false;
+  reg_.with_counters([&](IngestCounters& c) { c.clickhouse.rdma_rows += n; });
   return true;
 }
 

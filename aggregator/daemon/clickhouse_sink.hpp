@@ -56,6 +56,8 @@ class ClickHouseSink {
   struct Page {
     uint64_t last_id = 0, batches = 0, rows = 0, there = 0, raw = 0;
   };
+  bool sink_rdma(const std::vector<Batch>& page, const std::vector<uint64_t>& received,
+                 const std::set<std::tuple<std::string, uint64_t, uint64_t>>& there, std::string& err);
   bool finish_insert(bool& moved, std::string& err);  // waits for the insert in flight; its commit()
   bool commit(const Page& p, std::string& err);       // the mark after p, and the counters
   // Of the page's batches, those ClickHouse has already: (node, epoch, seq).

@@ -174,13 +174,10 @@ nlohmann::json Registry::status(uint64_t now_ns, uint64_t connected_timeout_ns) 
                         {"store", std::move(store)},
                         {"now_ns", now_ns}};
   if (const auto& ch = c.clickhouse; ch.enabled)
-    doc["clickhouse"] = {{"sunk_batches", ch.batches},
-                         {"sunk_rows", ch.rows},
-                         {"already_there", ch.already_there},
-                         {"pending_batches", ch.pending},
-                         {"errors", ch.errors},
-                         {"high_water_mark", ch.hwm},
-                         {"last_success_ns", ch.last_success_ns},
+    doc["clickhouse"] = {{"sunk_batches", ch.batches},        {"sunk_rows", ch.rows},
+                         {"already_there", ch.already_there}, {"sunk_rdma_rows", ch.rdma_rows},
+                         {"pending_batches", ch.pending},     {"errors", ch.errors},
+                         {"high_water_mark", ch.hwm},         {"last_success_ns", ch.last_success_ns},
                          {"last_error", ch.last_error}};
   if (const auto& an = c.clickhouse_analyzer; an.enabled)
     doc["clickhouse_analyzer"] = {{"shard", an.shard},          {"nodes", an.nodes},

@@ -47,6 +47,7 @@ struct IngestCounters {
     bool enabled = false;
     uint64_t batches = 0, rows = 0;  // sunk by this run
     uint64_t already_there = 0;      // found in ClickHouse when re-checked after a failure (not re-inserted)
+    uint64_t rdma_rows = 0;          // rows of the rdma table (batches with RDMA records) inserted
     uint64_t pending = 0;            // committed batches not yet in ClickHouse
     uint64_t errors = 0, hwm = 0, last_success_ns = 0;
     std::string last_error;  // of the current failure streak; "" when the last attempt succeeded

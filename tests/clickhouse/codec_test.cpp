@@ -220,7 +220,9 @@ TEST(Schema, DayPartitionsDedupKeyAndDistributedTables) {
   std::string err;
   auto plain = parse_url("http://ch/?database=np", err);
   auto ddl = schema_ddl(*plain);
-  ASSERT_EQ(ddl.size(), 4u);  // database + three tables
+  ASSERT_EQ(ddl.size(), 5u);  // database + four tables
+  EXPECT_NE(ddl[4].find("np.rdma ("), std::string::npos);
+  EXPECT_NE(ddl[4].find("ORDER BY (node, first_ns, epoch, seq)"), std::string::npos);
   EXPECT_NE(ddl[1].find("np.flowlets ("), std::string::npos);
   EXPECT_NE(ddl[1].find("ReplacingMergeTree() PARTITION BY intDiv(first_ns, 86400000000000)"),
             std::string::npos);
@@ -229,11 +231,61 @@ TEST(Schema, DayPartitionsDedupKeyAndDistributedTables) {
   EXPECT_NE(ddl[1].find("roce_ops Array(UInt32)"), std::string::npos);
   auto clustered = parse_url("http://ch/?database=np&cluster=c2", err);
   auto cd = schema_ddl(*clustered);
-  ASSERT_EQ(cd.size(), 7u);
+  ASSERT_EQ(cd.size(), 9u);
   EXPECT_NE(cd[1].find("np.flowlets_local ("), std::string::npos);
   EXPECT_NE(cd[2].find("Distributed(c2, np, flowlets_local, cityHash64(node))"), std::string::npos);
   EXPECT_EQ(table(*clustered, "flowlets"), "np.flowlets");
   EXPECT_EQ(local_table(*clustered, "flowlets"), "np.flowlets_local");
+}
+
+// The rdma table's row: the batch without its flowlets through the wire codec, its span from its records.
+TEST(RdmaRow, RoundTripsTheBatchsRdmaRecordsAndRejectsAGarbledOne) {
+  Batch b;
+  b.node = "gpu7";
+  b.epoch = 3;
+  b.seq = 99;
+  b.sent_ns = 5'000;
+  b.flowlets.resize(2);  // not copied: they have their own table
+  b.rdma_bursts.push_back({"rxe0", 1, 1'000, 2'000, 4096, 8192, 3, 5});
+  QpEntry q;
+  q.device = "rxe0";
+  q.lqpn = 17;
+  q.rqpn = 18;
+  q.type = "RC";
+  q.state = "RTS";
+  q.ts_ns = 4'000;
+  b.qps.push_back(q);
+  b.counters["rdma_qp_table_read_ns"] = 4'500;
+  b.counters["probe_packets"] = 7;  // agent counters stay in the local store
+  EXPECT_TRUE(has_rdma(b));
+  std::string rows;
+  append_rdma_row(b, 6'000, rows);
+  RowReader r(rows);
+  std::string err;
+  auto back = read_rdma_row(r, err);
+  ASSERT_TRUE(back) << err;
+  EXPECT_TRUE(r.at_end());
+  EXPECT_EQ(back->node, "gpu7");
+  EXPECT_EQ(back->seq, 99u);
+  EXPECT_TRUE(back->flowlets.empty());
+  EXPECT_EQ(back->rdma_bursts, b.rdma_bursts);
+  EXPECT_EQ(back->qps, b.qps);
+  EXPECT_EQ(back->counters, (Counters{{"rdma_qp_table_read_ns", 4'500}}));
+  RowReader span(rows);
+  span.string();
+  for (uint64_t want : {3ull, 99ull, 1'000ull, 5'000ull, 6'000ull}) EXPECT_EQ(span.uint<uint64_t>(), want);
+
+  Batch plain;
+  plain.flowlets.resize(1);
+  EXPECT_FALSE(has_rdma(plain));
+  std::string bad;
+  RowWriter w(bad);
+  w.string("gpu7");
+  for (int i = 0; i < 5; ++i) w.uint(uint64_t{0});
+  w.string("\x93garbage");
+  RowReader br(bad);
+  EXPECT_FALSE(read_rdma_row(br, err));
+  EXPECT_NE(err.find("does not decode"), std::string::npos) << err;
 }
 
 TEST(Sql, QuotedStringsCannotEscape) {
