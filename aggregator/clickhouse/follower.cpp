@@ -60,35 +60,57 @@ std::string Follower::where(uint32_t from_s, const std::vector<std::string>& nod
   return w;
 }
 
-bool Follower::take(uint32_t second, const FlowletRow& row) {
-  const uint64_t h = key_hash(row.node, row.epoch, row.seq, row.idx);
+std::string FlowletRows::columns() const {
+  return "node, epoch, seq, idx, received_ns, " + flowlet_columns();
+}
+
+bool FlowletRows::next(RowReader& r, uint64_t& key, std::string& err) {
+  if (!read_flowlet_row(r, row_)) {
+    if (!r.ok()) err = "malformed flowlets reply";
+    return false;
+  }
+  key = key_hash(row_.node, row_.epoch, row_.seq, row_.idx);
+  return true;
+}
+
+bool RdmaRows::next(RowReader& r, uint64_t& key, std::string& err) {
+  auto b = read_rdma_row(r, err);
+  if (!b) return false;
+  batch_ = std::move(*b);
+  key = key_hash(batch_.node, batch_.epoch, batch_.seq, 0);  // a row per batch
+  return true;
+}
+
+bool Follower::take(uint32_t second, uint64_t h) {
   if (second < band_from_) return true;  // a backfilled row before the band: never read again
   if (!seen_.insert(h).second) return false;
   keys_[second].push_back(h);
   return true;
 }
 
-bool Follower::read(const std::string& cond, const std::function<void(const FlowletRow&)>& fn,
-                    std::map<uint32_t, uint64_t>* read, std::string& err) {
-  auto reply = server_.query("SELECT toUInt32(inserted), node, epoch, seq, idx, received_ns, " +
-                                 flowlet_columns() + " FROM " + table(server_.url(), "flowlets") + " WHERE " +
-                                 cond + " ORDER BY node, epoch, seq, idx FORMAT RowBinary",
+bool Follower::read(const std::string& cond, FollowedRows& rows, std::map<uint32_t, uint64_t>* read,
+                    std::string& err) {
+  auto reply = server_.query("SELECT toUInt32(inserted), " + rows.columns() + " FROM " +
+                                 table(server_.url(), rows.table()) + " WHERE " + cond + " ORDER BY " +
+                                 rows.order() + " FORMAT RowBinary",
                              err);
   if (!reply) return false;
   RowReader r(*reply);
-  FlowletRow row;
   while (!r.at_end()) {
     const uint32_t second = r.uint<uint32_t>();
-    if (!read_flowlet_row(r, row)) break;
+    uint64_t key = 0;
+    if (!r.ok() || !rows.next(r, key, err)) {
+      if (err.empty()) err = "malformed " + rows.table() + " reply";
+      return false;
+    }
     ++stats_.rows_read;
     if (read) ++(*read)[second];
-    if (take(second, row)) {
+    if (take(second, key)) {
       ++stats_.rows;
-      fn(row);
+      rows.emit();
     }
   }
-  if (!r.ok()) err = "malformed flowlets reply";
-  return r.ok();
+  return true;
 }
 
 void Follower::prune(uint32_t band_from) {
@@ -100,7 +122,7 @@ void Follower::prune(uint32_t band_from) {
 }
 
 bool Follower::poll(const std::vector<std::string>& nodes, const std::vector<std::string>& added,
-                    const std::function<void(const FlowletRow&)>& fn, std::string& err) {
+                    FollowedRows& rows, std::string& err) {
   auto now = server_now(server_, err);
   if (!now) return false;
   const uint32_t reach_s = static_cast<uint32_t>(o_.reach_ns / 1'000'000'000ull) + 1;
@@ -108,9 +130,9 @@ bool Follower::poll(const std::vector<std::string>& nodes, const std::vector<std
   if (band_from_ == 0) band_from_ = std::max<uint32_t>(start, 1);  // the first poll reads the whole reach
   // Nodes new to a sharded follower: their rows of the reach (the band's are remembered, so the band's own
   // read below hands none of them out twice).
-  if (!added.empty() && !read(where(start, added), fn, nullptr, err)) return false;
+  if (!added.empty() && !read(where(start, added), rows, nullptr, err)) return false;
   auto counts =
-      server_.query("SELECT toUInt32(inserted) AS s, count() FROM " + table(server_.url(), "flowlets") +
+      server_.query("SELECT toUInt32(inserted) AS s, count() FROM " + table(server_.url(), rows.table()) +
                         " WHERE " + where(band_from_, nodes) + " GROUP BY s ORDER BY s FORMAT RowBinary",
                     err);
   if (!counts) return false;
@@ -127,15 +149,15 @@ bool Follower::poll(const std::vector<std::string>& nodes, const std::vector<std
   }
   for (std::size_t at = 0; at < changed.size();) {
     std::string list;
-    uint64_t rows = 0;
+    uint64_t count = 0;
     const std::size_t first = at;
-    for (; at < changed.size() && (list.empty() || rows + changed[at].second <= kReadRows); ++at) {
+    for (; at < changed.size() && (list.empty() || count + changed[at].second <= kReadRows); ++at) {
       if (!list.empty()) list += ',';  // piece by piece: GCC 12's -Wrestrict misfires on chains of +
       list += std::to_string(changed[at].first);
-      rows += changed[at].second;
+      count += changed[at].second;
     }
     std::map<uint32_t, uint64_t> got;
-    if (!read(where(band_from_, nodes) + " AND toUInt32(inserted) IN (" + list + ")", fn, &got, err))
+    if (!read(where(band_from_, nodes) + " AND toUInt32(inserted) IN (" + list + ")", rows, &got, err))
       return false;
     // What each second had when read (a second with none now -- merged away -- is not asked again).
     for (std::size_t i = first; i < at; ++i) read_[changed[i].first] = got[changed[i].first];

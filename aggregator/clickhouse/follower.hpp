@@ -30,9 +30,53 @@
 #include <vector>
 
 #include "http.hpp"
+#include "rowbinary.hpp"
 #include "tables.hpp"
 
 namespace netprism::clickhouse {
+
+// A followed table's rows as the follower reads them: any table with `inserted`, `node` and `first_ns`
+// columns (flowlets; rdma, the counters-only agents' records).
+class FollowedRows {
+ public:
+  virtual ~FollowedRows() = default;
+  virtual std::string table() const = 0;
+  virtual std::string columns() const = 0;  // SELECTed after toUInt32(inserted)
+  virtual std::string order() const = 0;    // ORDER BY of a read
+  // Reads the next row into this; false at the end or on a malformed row (err set). key: identifies it.
+  virtual bool next(RowReader& r, uint64_t& key, std::string& err) = 0;
+  virtual void emit() = 0;  // hands the row just read on
+};
+
+// The flowlets table, row by row to fn.
+class FlowletRows : public FollowedRows {
+ public:
+  explicit FlowletRows(std::function<void(const FlowletRow&)> fn) : fn_(std::move(fn)) {}
+  std::string table() const override { return "flowlets"; }
+  std::string columns() const override;
+  std::string order() const override { return "node, epoch, seq, idx"; }
+  bool next(RowReader& r, uint64_t& key, std::string& err) override;
+  void emit() override { fn_(row_); }
+
+ private:
+  std::function<void(const FlowletRow&)> fn_;
+  FlowletRow row_;
+};
+
+// The rdma table (tables.hpp), batch by batch (flowlets empty) to fn.
+class RdmaRows : public FollowedRows {
+ public:
+  explicit RdmaRows(std::function<void(Batch&&)> fn) : fn_(std::move(fn)) {}
+  std::string table() const override { return "rdma"; }
+  std::string columns() const override { return "node, epoch, seq, first_ns, last_ns, received_ns, batch"; }
+  std::string order() const override { return "first_ns, node, epoch, seq"; }
+  bool next(RowReader& r, uint64_t& key, std::string& err) override;
+  void emit() override { fn_(std::move(batch_)); }
+
+ private:
+  std::function<void(Batch&&)> fn_;
+  Batch batch_;
+};
 
 class Follower {
  public:
@@ -41,11 +85,11 @@ class Follower {
     uint32_t lag_s = 60;
   };
   Follower(Url url, Options o);
-  // fn(row) for every row not handed out before, of `nodes`' flowlets (empty: every node's). `added`: nodes
-  // new in `nodes` since the last poll: their rows of the whole reach are read too. false with err (the
-  // next poll picks up where this one left off).
-  bool poll(const std::vector<std::string>& nodes, const std::vector<std::string>& added,
-            const std::function<void(const FlowletRow&)>& fn, std::string& err);
+  // rows.emit() for every row of its table not handed out before, of `nodes`' (empty: every node's).
+  // `added`: nodes new in `nodes` since the last poll: their rows of the whole reach are read too. false
+  // with err (the next poll picks up where this one left off). One follower follows one table.
+  bool poll(const std::vector<std::string>& nodes, const std::vector<std::string>& added, FollowedRows& rows,
+            std::string& err);
 
   struct Stats {
     uint64_t polls = 0;
@@ -59,9 +103,9 @@ class Follower {
  private:
   std::string where(uint32_t from_s, const std::vector<std::string>& nodes) const;
   // Reads rows matching cond; hands out the new ones; counts rows per second read into `read`.
-  bool read(const std::string& cond, const std::function<void(const FlowletRow&)>& fn,
-            std::map<uint32_t, uint64_t>* read, std::string& err);
-  bool take(uint32_t second, const FlowletRow& row);  // true if not handed out before
+  bool read(const std::string& cond, FollowedRows& rows, std::map<uint32_t, uint64_t>* read,
+            std::string& err);
+  bool take(uint32_t second, uint64_t key);  // true if not handed out before
   void prune(uint32_t band_from);
 
   Server server_;

@@ -50,7 +50,9 @@ ClickHouseAnalyzer::ClickHouseAnalyzer(const Settings& s, Registry& reg, LiveAna
       names_(names),
       reader_(clickhouse::parse_checked_url(s.clickhouse_analyze_from, "--analyze-from-clickhouse")),
       follower_(clickhouse::parse_checked_url(s.clickhouse_analyze_from, "--analyze-from-clickhouse"),
-                follow_options(s)) {
+                follow_options(s)),
+      rdma_follower_(clickhouse::parse_checked_url(s.clickhouse_analyze_from, "--analyze-from-clickhouse"),
+                     follow_options(s)) {
   std::string err;
   if (!s.clickhouse_shard.empty()) shard_ = *clickhouse::parse_shard(s.clickhouse_shard, err);
   reg_.with_counters([&](IngestCounters& c) {
@@ -131,8 +133,15 @@ bool ClickHouseAnalyzer::round(std::stop_token st, std::string& err) {
   const bool sharded = shard_.count > 1;
   if (sharded && !shard_nodes(nodes, added, err)) return false;
   if (sharded && nodes.empty()) return true;  // no job of this shard yet ("no nodes" would read all)
-  const bool ok = follower_.poll(
-      nodes, added, [&](const clickhouse::FlowletRow& row) { take(st, row); }, err);
+  // RDMA records first, so a round's flowlets of RoCE flows meet their QP tables (live_analysis.cpp).
+  // A poll's RDMA records go to the analysis together: the counters source cuts the port series at quiet
+  // instants of what it holds (counters_live.cpp), so a pass seeing half a poll would cut inside activity.
+  std::vector<Batch> rdma_batches;
+  clickhouse::RdmaRows rdma([&](Batch&& b) { rdma_batches.push_back(std::move(b)); });
+  if (!rdma_follower_.poll(nodes, added, rdma, err)) return false;
+  live_.feed_rdma(std::move(rdma_batches));
+  clickhouse::FlowletRows rows([&](const clickhouse::FlowletRow& row) { take(st, row); });
+  const bool ok = follower_.poll(nodes, added, rows, err);
   flush(st);
   if (!ok) return false;
   if (sharded && !added.empty())

@@ -64,7 +64,8 @@ class ClickHouseAnalyzer {
   LiveAnalysis& live_;
   Names& names_;
   clickhouse::Reader reader_;
-  clickhouse::Follower follower_;
+  clickhouse::Follower follower_;       // the flowlets table
+  clickhouse::Follower rdma_follower_;  // the rdma table (counters-only agents' records)
   clickhouse::Shard shard_;
   std::map<std::string, std::string> addr_node_;
   store::OwnTraffic own_;                // every aggregator's ports

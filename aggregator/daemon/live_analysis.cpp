@@ -1,6 +1,7 @@
 #include "live_analysis.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <chrono>
 #include <pthread.h>
 #include <sys/resource.h>
@@ -120,6 +121,11 @@ bool LiveAnalysis::feed_flowlets(const std::string& node, std::vector<Flowlet>& 
   return true;
 }
 
+void LiveAnalysis::feed_rdma(std::vector<Batch>&& batches) {
+  std::lock_guard lk(mu_);  // a row per table read or counter burst of a node: small, not bounded by events
+  std::move(batches.begin(), batches.end(), std::back_inserter(pending_rdma_));
+}
+
 std::shared_ptr<const Snapshot> LiveAnalysis::latest() const {
   std::lock_guard lk(mu_);
   return latest_;
@@ -197,10 +203,12 @@ void LiveAnalysis::pass(store::Store* writer) {
 void LiveAnalysis::add_pending() {
   std::vector<std::pair<std::string, std::size_t>> fresh;
   std::vector<std::pair<std::string, std::vector<Flowlet>>> rows;
+  std::vector<Batch> rdma;
   {
     std::lock_guard lk(mu_);
     fresh.swap(pending_);
     rows.swap(pending_rows_);
+    rdma.swap(pending_rdma_);
     pending_events_ = 0;
   }
   addr_node_ = addr_nodes_();
@@ -218,11 +226,20 @@ void LiveAnalysis::add_pending() {
     feed_.add(batch->node, batch->flowlets, [&](const Flowlet& f) { return own_.matches(f); });
     note_qp_tables(*batch);
   }
-  for (const auto& [node, flowlets] : rows)
+  // The analysis role's: RDMA records first (a RoCE flow's end is read against the tables), then flowlets.
+  for (const auto& b : rdma) note_rdma(b);
+  for (const auto& [node, flowlets] : rows) {
     feed_.add(node, flowlets, [&](const Flowlet& f) { return own_.matches(f); });
+    note_roce_flows(node, flowlets);
+  }
 }
 
 void LiveAnalysis::note_qp_tables(const Batch& b) {
+  note_rdma(b);
+  note_roce_flows(b.node, b.flowlets);
+}
+
+void LiveAnalysis::note_rdma(const Batch& b) {
   // The batch's table rows (read at their ts_ns), then the last read (also one that listed nothing):
   // one read's rows all ship in one batch (the agent adds them between two seals).
   for (const auto& q : b.qps) {
@@ -239,10 +256,13 @@ void LiveAnalysis::note_qp_tables(const Batch& b) {
     engine_.set_rdma_sources(true);
     rdma_seen_ = true;
   }
+}
+
+void LiveAnalysis::note_roce_flows(const std::string& node, const std::vector<Flowlet>& flowlets) {
   if (!rdma_seen_) return;  // no table or counter yet that a flow's end could be read against
-  for (const auto& f : b.flowlets)
+  for (const auto& f : flowlets)
     if (f.key.proto == NP_PROTO_ROCE && !own_.matches(f)) {
-      const analysis::FlowEvent e = analysis::flow_event(b.node, f);
+      const analysis::FlowEvent e = analysis::flow_event(node, f);
       teardowns_.flow(e);
       counters_.probe_flow(e);
     }

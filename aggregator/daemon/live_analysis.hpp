@@ -53,6 +53,10 @@ class LiveAnalysis {
   // (~112 B each while pending). false (nothing taken) while the pending queue is at feed()'s bound: the
   // caller waits instead of dropping (ClickHouse, not the ingest, is the buffer).
   bool feed_flowlets(const std::string& node, std::vector<Flowlet>& flowlets);
+  // The analysis role: a counters-only agent's RDMA records (a batch of ClickHouse's rdma table: port
+  // bursts, QP table rows, table reads; no flowlets), taken at the next pass as a fed batch's are. All of a
+  // poll at once: a pass takes all or none of them.
+  void feed_rdma(std::vector<Batch>&& batches);
   void run(std::stop_token stop);
   std::shared_ptr<const Snapshot> latest() const;
   // What the live view shed, by cause (`netprism status`: analysis.dropped_by_cause; /metrics:
@@ -78,6 +82,8 @@ class LiveAnalysis {
   // queries read.
   void add_pending();
   void note_qp_tables(const Batch& b);  // a fed batch's QP table rows and RoCE flows into teardowns_
+  void note_rdma(const Batch& b);       // its QP table rows, table read and port bursts
+  void note_roce_flows(const std::string& node, const std::vector<Flowlet>& flowlets);
   void retain(analysis::Result r, uint64_t since);
   void persist(store::Store& writer, uint64_t now);
   void publish(uint64_t now, std::chrono::steady_clock::time_point started);
@@ -94,6 +100,7 @@ class LiveAnalysis {
   // (~18 B per flowlet; decompressed and decoded by the analysis thread).
   std::vector<std::pair<std::string, std::size_t>> pending_;                // stored bytes, flowlets
   std::vector<std::pair<std::string, std::vector<Flowlet>>> pending_rows_;  // node, flowlets (feed_flowlets)
+  std::vector<Batch> pending_rdma_;                                         // feed_rdma
   std::size_t pending_events_ = 0;
   Dropped dropped_;  // queue_full and undecodable counted here; the engine's two copied from its stats
   std::shared_ptr<const Snapshot> latest_;

@@ -9,8 +9,11 @@ its sink copies the whole store. Then:
   - `netprism analyze --clickhouse` gives exactly the document `netprism analyze --input` gives for the
     recording (same jobs, groups and timeline: the counters source sees the same bursts and QP rows), also
     through a Distributed table over a two-shard cluster;
-  - the same aggregator restarted without its high-water mark re-inserts nothing (the rdma rows still one
-    per batch, read with FINAL).
+  - the analysis role (--analyze-from-clickhouse) names the job as the offline analysis does: same id,
+    nodes, parallelism and source `counters`, from the rdma table alone (the recording has no flowlets);
+  - the same aggregator restarted without its high-water mark: its batches without flowlets are inserted
+    again (the duplicate check asks the flowlets table), and FINAL reads one row per batch, the document
+    unchanged.
 
 usage: rdma_test.py NETPRISM NETPRISM_AGGREGATOR RECORDING_DB_GZ"""
 import gzip
@@ -44,6 +47,36 @@ def wait_tables(ch, i, db, timeout=60):
             return
         time.sleep(0.3)
     raise AssertionError("no %s.rdma_local on server %d" % (db, i))
+
+
+def role(url, tmp, want, first_ns):
+    """The analysis role over the same database names the job the offline analysis names: same id, nodes,
+    parallelism and source (counters) -- from the rdma table alone, since the recording has no flowlets."""
+    # The recording is days old: a window reaching back to it (a live analysis drops what is older).
+    age_s = int(time.time() - first_ns / 1e9) + 3600
+    a = Aggregator(AGG, CLI, tmp, "role", ["--analyze-from-clickhouse", url, "--analysis-window-s", str(age_s),
+                                           "--analysis-interval-ms", "250"])
+    expect = {(j["id"], tuple(j["nodes"]), j["source"], json.dumps(j["parallelism"], sort_keys=True))
+              for j in want["jobs"]}
+    try:
+        q = [CLI, "--insecure", "--aggregator", a.query, "--timeout", "5"]
+        deadline, got = time.time() + 60, None
+        while time.time() < deadline:
+            r = subprocess.run(q + ["jobs", "--json"], capture_output=True, text=True, timeout=60)
+            jobs = json.loads(r.stdout)["jobs"] if r.returncode == 0 else []
+            got = set()
+            for j in jobs:
+                d = subprocess.run(q + ["job", j["id"], "--json"], capture_output=True, text=True, timeout=60)
+                if d.returncode == 0:
+                    p = json.loads(d.stdout).get("parallelism")
+                    got.add((j["id"], tuple(j["nodes"]), j["source"], json.dumps(p, sort_keys=True)))
+            if got == expect:
+                break
+            time.sleep(0.5)
+        assert got == expect, "the analysis role: %s, offline: %s\n%s" % (got, expect, open(a.log).read()[-1500:])
+        print("analysis role: %s, as offline" % sorted(got))
+    finally:
+        a.stop()
 
 
 def main():
@@ -86,6 +119,7 @@ def main():
                       % (name, rows, batches, len(got["jobs"])))
                 if name == "single":
                     rows_single = rows
+                    role(url, tmp, want, int(ch.query(0, "SELECT min(first_ns) FROM np_rdma.rdma")))
                 os.remove(os.path.join(data, "clickhouse.hwm"))
             # Restarted without its mark: every batch asked for again, none inserted twice (FINAL).
             url = ch.url(0, database="np_rdma")
