@@ -63,9 +63,7 @@ bool Reader::scan_rdma(uint64_t since, uint64_t until, const std::function<void(
                        std::string& err, const std::vector<std::string>& nodes) const {
   std::string where = window_sql(since, until);
   if (!nodes.empty()) {
-    std::string in;
-    for (const auto& n : nodes) in += (in.empty() ? "" : ",") + sql_quote(n);
-    where += " AND node IN (" + in + ")";
+    where += " AND node IN (" + sql_quoted_list(nodes) + ")";
   }
   // One read: a row per batch of a counters-only agent (one every 0.1-1 s per node), not per flowlet.
   auto reply = server_.query("SELECT node, epoch, seq, first_ns, last_ns, received_ns, batch FROM " +
@@ -87,9 +85,7 @@ bool Reader::scan(uint64_t since, uint64_t until, const std::function<void(const
   const std::string t = table(server_.url(), "flowlets");
   std::string window = window_sql(since, until);
   if (!nodes.empty()) {
-    std::string in;
-    for (const auto& n : nodes) in += (in.empty() ? "" : ",") + sql_quote(n);
-    window += " AND node IN (" + in + ")";
+    window += " AND node IN (" + sql_quoted_list(nodes) + ")";
   }
   auto bounds = server_.query(
       "SELECT min(first_ns), max(first_ns), count() FROM " + t + " WHERE " + window + " FORMAT RowBinary",

@@ -295,19 +295,20 @@ std::optional<std::set<ClickHouseSink::Key>> ClickHouseSink::present(const std::
     for (std::size_t i = at; i < std::min(page.size(), at + kCheckChunk); ++i) {
       const Batch& b = page[i];
       if (b.flowlets.empty()) continue;  // no rows: nothing to insert twice
-      nodes.insert(clickhouse::sql_quote(b.node));
-      tuples += (tuples.empty() ? "(" : ",(") + clickhouse::sql_quote(b.node) + "," +
-                std::to_string(b.epoch) + "," + std::to_string(b.seq) + ")";
+      nodes.insert(b.node);
+      if (!tuples.empty()) tuples += ',';
+      tuples += '(';
+      tuples += clickhouse::sql_quote(b.node);
+      tuples += ',' + std::to_string(b.epoch) + ',' + std::to_string(b.seq) + ')';
       for (const auto& f : b.flowlets) {
         lo = std::min<uint64_t>(lo, f.first_ns);
         hi = std::max<uint64_t>(hi, f.first_ns);
       }
     }
     if (tuples.empty()) continue;
-    std::string in;
-    for (const auto& n : nodes) in += (in.empty() ? "" : ",") + n;
     const std::string sql = "SELECT node, epoch, seq FROM " + clickhouse::table(server_.url(), "flowlets") +
-                            " WHERE node IN (" + in + ") AND first_ns >= " + std::to_string(lo) +
+                            " WHERE node IN (" + clickhouse::sql_quoted_list(nodes) +
+                            ") AND first_ns >= " + std::to_string(lo) +
                             " AND first_ns <= " + std::to_string(hi) + " AND (node, epoch, seq) IN (" +
                             tuples + ") GROUP BY node, epoch, seq FORMAT RowBinary";
     auto reply = server_.query(sql, err);
