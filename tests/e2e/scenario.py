@@ -66,6 +66,10 @@ SCENARIOS = {
     # PyTorch DDP on gloo: one gradient bucket per block, all-reduced while the backward pass still runs.
     "ddp_dp4": ["--ddp", "--dp", "4", "--pp", "1", "--depth", "4", "--micro-batches", "1", "--iters", "14",
                 "--fwd-ms", "100"],
+    # DDP over two nodes with a straggler: one edge, so its role rests on causality alone; DDP's start-up
+    # broadcast of rank 0's parameters (one-way, never answered) once made it read as a pipeline.
+    "ddp2_straggler": ["--ddp", "--dp", "2", "--pp", "1", "--depth", "4", "--micro-batches", "1", "--iters", "14",
+                       "--fwd-ms", "100", "--fault", "straggler:node=n1,factor=1.4,from=6"],
     "mpi_straggler": ["--stack", "mpi", "--dp", "4", "--pp", "1", "--iters", "14", "--fwd-ms", "150", "--fault",
                       "straggler:node=n1,factor=1.4,from=6"],
     # Two replicas with a straggler: the fast rank waits for each of its buckets, so quiets grow inside the
