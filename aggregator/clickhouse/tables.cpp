@@ -113,14 +113,8 @@ bool has_rdma(const Batch& b) {
 }
 
 void append_rdma_row(const Batch& b, uint64_t received_ns, std::string& out) {
-  Batch rest;  // the batch without its flowlets, as the wire codec writes it (the store keeps it so too)
-  rest.node = b.node;
-  rest.epoch = b.epoch;
-  rest.seq = b.seq;
-  rest.sent_ns = b.sent_ns;
-  rest.rdma_samples = b.rdma_samples;
-  rest.rdma_bursts = b.rdma_bursts;
-  rest.qps = b.qps;
+  Batch rest = without_flowlets(b);  // as the wire codec writes it (the store keeps it so too)
+  rest.counters.clear();             // of the counters, only the QP table read time is RDMA data
   if (auto it = b.counters.find(kQpTableReadCounter); it != b.counters.end()) rest.counters.insert(*it);
   uint64_t lo = b.sent_ns, hi = b.sent_ns;
   auto span = [&](uint64_t t0, uint64_t t1) {

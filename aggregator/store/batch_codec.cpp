@@ -219,16 +219,7 @@ uint8_t* column(uint8_t* p, std::size_t n, uint64_t lo, uint64_t hi, Get get) {
 // Encodes into buf (grown, never shrunk, so its bytes are not zero-filled again per batch); returns the
 // length used.
 std::size_t encode_into(const Batch& b, std::string& buf) {
-  Batch rest;  // everything but the flowlets, as a wire message
-  rest.node = b.node;
-  rest.epoch = b.epoch;
-  rest.seq = b.seq;
-  rest.sent_ns = b.sent_ns;
-  rest.rdma_samples = b.rdma_samples;
-  rest.rdma_bursts = b.rdma_bursts;
-  rest.qps = b.qps;
-  rest.counters = b.counters;
-  const std::string rest_wire = wire::encode(rest);
+  const std::string rest_wire = wire::encode(without_flowlets(b));  // everything but the flowlets
 
   const auto& fl = b.flowlets;
   const std::size_t n = fl.size();

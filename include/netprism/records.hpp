@@ -190,6 +190,21 @@ struct Batch {
   bool operator==(const Batch&) const = default;
 };
 
+// The batch without its flowlets: what the store and ClickHouse keep as one wire message beside the
+// flowlets' columns.
+inline Batch without_flowlets(const Batch& b) {
+  Batch rest;
+  rest.node = b.node;
+  rest.epoch = b.epoch;
+  rest.seq = b.seq;
+  rest.sent_ns = b.sent_ns;
+  rest.rdma_samples = b.rdma_samples;
+  rest.rdma_bursts = b.rdma_bursts;
+  rest.qps = b.qps;
+  rest.counters = b.counters;
+  return rest;
+}
+
 enum class AckStatus : uint32_t {
   kOk = 0,           // durably stored
   kDuplicate = 1,    // already stored earlier; not stored again
