@@ -49,17 +49,18 @@ class StreamingAnalysis {
     uint32_t observer = 0, src = 0, dst = 0;
   };
   struct Stats {
-    uint64_t events = 0;          // events added in total
-    uint64_t conns = 0;           // connections tracked now
-    uint64_t xfers = 0;           // transfers kept now
-    uint64_t tail_xfers = 0;      // transfers re-analysed by the last pass
-    uint64_t dropped_events = 0;  // events refused because the connection table was full
-    uint64_t dropped_xfers = 0;   // transfers evicted early because the transfer bound was reached
-    uint64_t restitched = 0;      // tails that did not meet their job's history at a known boundary
-    uint64_t structure_runs = 0;  // structure inferences run (the cache avoids most)
-    uint64_t analysed = 0;        // job re-analyses run in total
-    uint64_t reused = 0;          // jobs whose last result stood because nothing was due (see kReuseMinXfers)
-    uint64_t deferred = 0;        // jobs due but left to a later pass because the pass budget was spent
+    uint64_t events = 0;            // events added in total
+    uint64_t conns = 0;             // connections tracked now
+    uint64_t xfers = 0;             // transfers kept now
+    uint64_t tail_xfers = 0;        // transfers re-analysed by the last pass
+    uint64_t reanalysed_xfers = 0;  // transfers re-analysed in total: over events, what the tails cost
+    uint64_t dropped_events = 0;    // events refused because the connection table was full
+    uint64_t dropped_xfers = 0;     // transfers evicted early because the transfer bound was reached
+    uint64_t restitched = 0;        // tails that did not meet their job's history at a known boundary
+    uint64_t structure_runs = 0;    // structure inferences run (the cache avoids most)
+    uint64_t analysed = 0;          // job re-analyses run in total
+    uint64_t reused = 0;    // jobs whose last result stood because nothing was due (see kReuseMinXfers)
+    uint64_t deferred = 0;  // jobs due but left to a later pass because the pass budget was spent
   };
 
   explicit StreamingAnalysis(Limits l);
@@ -98,6 +99,17 @@ class StreamingAnalysis {
   // issue 20) a fast-stepping job re-read 30 s of its traffic every pass: live_curves measured an 8-node job
   // with 40 ms steps at ~40,000 tail transfers a pass for ~1,000 new ones.
   static constexpr size_t kTailMaxXfers = 20'000;
+  // A job so large that kTailIterations of it hold more than kTailBudgetXfers transfers keeps fewer, down to
+  // kMinTailIterations: a re-analysis costs ~1 us of CPU per tail transfer, and the target cluster's 512-node
+  // job (47,000 transfers an iteration, 1.2 s steps; bench/README.md) re-read 750,000 with 16 iterations, one
+  // second of CPU per iteration -- more than the analysis' third of a core on its own, which held every other
+  // job's iterations back 3-4 s. 200,000 keeps a re-analysis near 0.2 s; 4 iterations are still above the
+  // period search's minimum of 3 (iteration_period.cpp kMinPeriods) with the anchor's iteration before them.
+  // A pipeline without DP then ends its last iteration with fewer than timeline_pipeline.cpp's kLastDelays
+  // drain-to-start gaps; the testbed's and SimAI's jobs are far below this budget, so they are analysed live
+  // exactly as offline.
+  static constexpr size_t kTailBudgetXfers = 200'000;
+  static constexpr size_t kMinTailIterations = 4;
   // A job whose last tail held more than kReuseMinXfers transfers is re-analysed only when something can
   // have changed: a periodic one once its data passes the next expected boundary (last boundary + 0.95
   // step; then every second of data until the boundary shows), an aperiodic one once it has an iteration's

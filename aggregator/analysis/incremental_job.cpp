@@ -338,6 +338,7 @@ void StreamingAnalysis::collect_tail(const Normalized& n, JobSlice& sl, const Hi
   std::sort(sl.xfers.begin(), sl.xfers.end(), by_time);
   std::sort(sl.arrivals.begin(), sl.arrivals.end(), by_time);
   stats_.tail_xfers += sl.xfers.size();
+  stats_.reanalysed_xfers += sl.xfers.size();
 }
 
 Structure& StreamingAnalysis::cached_structure(const Normalized& n, const JobSlice& sl, History& h,
@@ -471,6 +472,12 @@ void StreamingAnalysis::move_periodic_tail(History& h, const JobSlice& sl, const
     if (k >= 2 && xfers_since(h.boundaries[static_cast<size_t>(k - 2)]) > kTailMaxXfers) break;
     --k;
   }
+  // A very large job: fewer iterations, down to kMinTailIterations, while the tail is over its budget (also
+  // while it is young: its whole history would otherwise be re-read until it has kTailIterations).
+  k = std::max(k, 1L);
+  while (h.boundaries.size() > static_cast<size_t>(k) + 1 + kMinTailIterations &&
+         xfers_since(h.boundaries[static_cast<size_t>(k - 1)]) > kTailBudgetXfers)
+    ++k;
   if (k < 2) return;
   // The tail starts where the data of the iteration that begins at boundary k - 1 began (the boundary
   // itself, or the drain before it for a pipeline without DP: see Timeline::data_from).

@@ -10,6 +10,7 @@
 #include <ctime>
 
 #include "batch_codec.hpp"
+#include "cpu_share.hpp"
 #include "log.hpp"
 
 namespace netprism::daemon {
@@ -142,7 +143,12 @@ uint64_t LiveAnalysis::dropped() const {
 
 uint64_t LiveAnalysis::deferred() const {
   std::lock_guard lk(mu_);
-  return engine_deferred_;
+  return engine_stats_.deferred;
+}
+
+analysis::StreamingAnalysis::Stats LiveAnalysis::engine_stats() const {
+  std::lock_guard lk(mu_);
+  return engine_stats_;
 }
 
 void LiveAnalysis::run(std::stop_token stop) {
@@ -162,6 +168,9 @@ void LiveAnalysis::run(std::stop_token stop) {
     log_line(std::string("analysis cannot open the store, results will not be persisted: ") + e.what());
   }
   auto next = std::chrono::steady_clock::now();
+  // A third of a core; a 3 s bank covers the longest single re-analysis measured at the target cluster
+  // (~1.1 s of CPU) plus the passes after it at the normal interval.
+  CpuShare pace(1.0 / 3, std::chrono::seconds(3));
   while (!stop.stop_requested()) {
     if (std::chrono::steady_clock::now() < next) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -174,12 +183,10 @@ void LiveAnalysis::run(std::stop_token stop) {
     } catch (const std::exception& e) {
       log_line(std::string("analysis pass failed: ") + e.what());
     }
-    // At least the configured interval, and at least three times the pass' own CPU time: the analysis never
-    // takes more than a third of a core, whatever the load (ingest shares the machine). CPU time, not wall:
-    // when other processes hold the cores, a pass' wall time stretches (10x at load 17 on 2 cores) without
-    // it using more, and waiting 3x that wall time made the live view lag by tens of seconds.
-    next = t0 + std::max<std::chrono::steady_clock::duration>(
-                    std::chrono::milliseconds(s_.analysis_interval_ms), 3 * (thread_cpu() - cpu0));
+    // At least the configured interval, and at most a third of a core on average whatever the load (ingest
+    // shares the machine; cpu_share.hpp). CPU time, not wall: when other processes hold the cores, a pass'
+    // wall time stretches (10x at load 17 on 2 cores) without it using more.
+    next = pace.after_pass(t0, thread_cpu() - cpu0, std::chrono::milliseconds(s_.analysis_interval_ms));
   }
 }
 
@@ -332,7 +339,7 @@ void LiveAnalysis::publish(uint64_t now, std::chrono::steady_clock::time_point s
   std::lock_guard lk(mu_);
   dropped_.conn_table_full = st.dropped_events;
   dropped_.xfer_bound = st.dropped_xfers;
-  engine_deferred_ = st.deferred;
+  engine_stats_ = st;
   latest_ = std::move(snap);
 }
 

@@ -74,6 +74,9 @@ class LiveAnalysis {
   // Job re-analyses put off to a later pass because a pass' budget was spent (`netprism status`:
   // deferred_jobs): nothing is lost, the job's new iterations show up a pass later.
   uint64_t deferred() const;
+  // The engine's work counters as of the last pass (`netprism status`: analysis.work): how many job
+  // re-analyses ran, stood on their last result or were deferred, and how many transfers they re-read.
+  analysis::StreamingAnalysis::Stats engine_stats() const;
 
  private:
   void pass(store::Store* writer);  // null: results are not persisted
@@ -105,7 +108,7 @@ class LiveAnalysis {
   Dropped dropped_;  // queue_full and undecodable counted here; the engine's two copied from its stats
   std::shared_ptr<const Snapshot> latest_;
 
-  uint64_t engine_deferred_ = 0;  // the engine's count, published for deferred()
+  analysis::StreamingAnalysis::Stats engine_stats_;  // the engine's, published for deferred(), engine_stats()
 
   // Owned by the analysis thread.
   analysis::StreamingAnalysis engine_;

@@ -140,6 +140,13 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
                                           {"conn_table_full", d.conn_table_full},
                                           {"xfer_bound", d.xfer_bound},
                                           {"undecodable", d.undecodable}};
+    const auto w = live_.engine_stats();  // what the live analysis' passes cost, in its own units
+    st["analysis"]["work"] = {{"reanalyses", w.analysed},
+                              {"reused", w.reused},
+                              {"structure_runs", w.structure_runs},
+                              {"events", w.events},
+                              {"reanalysed_xfers", w.reanalysed_xfers},
+                              {"last_pass_xfers", w.tail_xfers}};
     st["connected_timeout_s"] = s_.connected_timeout_s;
     if (authenticated_)  // connections the ZAP handler refused (unknown keys), and the allowlists' sizes
       st["auth"] = {{"agent_keys", auth_->agents()},

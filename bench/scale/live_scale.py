@@ -251,6 +251,7 @@ def report(q, vis, replays, offline, rss, loads, sim_lines, minutes, nodes, jobs
             line += f"; live ends {[i['end_ns'] for i in tl.get('iterations', [])[:6]]} truth {tr['ends'][:6]}"
         print(line, flush=True)
     by_cause = an.get("dropped_by_cause", {})
+    work = an.get("work", {})
     half = minutes * 60 / 2
     first = [r for t, r in rss if t <= half] or [0]
     second = [r for t, r in rss if t > half] or [0]
@@ -270,7 +271,11 @@ def report(q, vis, replays, offline, rss, loads, sim_lines, minutes, nodes, jobs
            "load_avg_mean": round(sum(loads) / len(loads), 2) if loads else None,
            "analysis_nice": int(os.environ.get("NP_ANALYSIS_NICE", 10)), **cpu,
            # dropped_events by cause (`status`: analysis.dropped_by_cause): why the live view shed work
-           **{f"dropped_{c}": int(by_cause.get(c, 0)) for c in SHED_CAUSES}}
+           **{f"dropped_{c}": int(by_cause.get(c, 0)) for c in SHED_CAUSES},
+           # what the live analysis' passes did (`status`: analysis.work): re-analyses, and the transfers they
+           # re-read per event added (the tails' amplification)
+           "reanalyses": int(work.get("reanalyses", 0)), "reused": int(work.get("reused", 0)),
+           "reanalysed_per_event": round(int(work.get("reanalysed_xfers", 0)) / max(1, int(work.get("events", 0))), 2)}
     print(json.dumps(out))
     return 0
 
