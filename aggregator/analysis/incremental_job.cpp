@@ -193,7 +193,10 @@ bool StreamingAnalysis::due(const JobSlice& sl, const History& h, uint64_t now_n
     uint64_t quiet = now_ns > sl.last_ns ? now_ns - sl.last_ns : 0;
     return now_ns >= h.analysed_ns + std::max(kStaleNs, quiet / kSettledRecheckDivisor);
   }
-  if (h.last_tail <= kReuseMinXfers || now_ns >= h.analysed_ns + kStaleNs) return true;
+  if (now_ns >= h.analysed_ns + kStaleNs) return true;
+  // A small job: every pass while it is silent (its state can change with time alone) or has no period yet;
+  // while its data flows, by its period as a large one (kReuseMinXfers).
+  if (h.last_tail <= kReuseMinXfers && (fresh == 0 || !h.next_due_ns)) return true;
   if (fresh == 0) return false;
   if (h.next_due_ns) {  // periodic: its data passed the due time, or the time since its last analysis did
     // (a job with only DP traffic is silent between its syncs: the end of one shows by time, not by data).
