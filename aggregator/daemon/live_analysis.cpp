@@ -134,7 +134,10 @@ std::shared_ptr<const Snapshot> LiveAnalysis::latest() const {
 
 LiveAnalysis::Dropped LiveAnalysis::dropped_by_cause() const {
   std::lock_guard lk(mu_);
-  return dropped_;
+  Dropped d = dropped_;
+  d.conn_table_full = engine_stats_.dropped_events;
+  d.xfer_bound = engine_stats_.dropped_xfers;
+  return d;
 }
 
 uint64_t LiveAnalysis::dropped() const {
@@ -337,8 +340,6 @@ void LiveAnalysis::publish(uint64_t now, std::chrono::steady_clock::time_point s
   snap->events = engine_.stats().xfers;
   const auto& st = engine_.stats();
   std::lock_guard lk(mu_);
-  dropped_.conn_table_full = st.dropped_events;
-  dropped_.xfer_bound = st.dropped_xfers;
   engine_stats_ = st;
   latest_ = std::move(snap);
 }

@@ -105,7 +105,7 @@ class LiveAnalysis {
   std::vector<std::pair<std::string, std::vector<Flowlet>>> pending_rows_;  // node, flowlets (feed_flowlets)
   std::vector<Batch> pending_rdma_;                                         // feed_rdma
   std::size_t pending_events_ = 0;
-  Dropped dropped_;  // queue_full and undecodable counted here; the engine's two copied from its stats
+  Dropped dropped_;  // queue_full and undecodable counted here; the engine's two read from engine_stats_
   std::shared_ptr<const Snapshot> latest_;
 
   analysis::StreamingAnalysis::Stats engine_stats_;  // the engine's, published for deferred(), engine_stats()
