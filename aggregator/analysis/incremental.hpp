@@ -100,16 +100,22 @@ class StreamingAnalysis {
   // with 40 ms steps at ~40,000 tail transfers a pass for ~1,000 new ones.
   static constexpr size_t kTailMaxXfers = 20'000;
   // A job so large that kTailIterations of it hold more than kTailBudgetXfers transfers keeps fewer, down to
-  // kMinTailIterations: a re-analysis costs ~1 us of CPU per tail transfer, and the target cluster's 512-node
-  // job (47,000 transfers an iteration, 1.2 s steps; bench/README.md) re-read 750,000 with 16 iterations, one
-  // second of CPU per iteration -- more than the analysis' third of a core on its own, which held every other
-  // job's iterations back 3-4 s. 200,000 keeps a re-analysis near 0.2 s; 4 iterations are still above the
-  // period search's minimum of 3 (iteration_period.cpp kMinPeriods) with the anchor's iteration before them.
-  // A pipeline without DP then ends its last iteration with fewer than timeline_pipeline.cpp's kLastDelays
-  // drain-to-start gaps; the testbed's and SimAI's jobs are far below this budget, so they are analysed live
-  // exactly as offline.
-  static constexpr size_t kTailBudgetXfers = 200'000;
-  static constexpr size_t kMinTailIterations = 4;
+  // kMinTailIterations, and leaves its young phase (whole history re-read every analysis) as soon as that is
+  // over the budget. A re-analysis costs ~1 us of CPU per tail transfer and a periodic job is re-analysed
+  // once or twice an iteration, so a k-iteration tail re-reads each transfer 1.5 k times: at the target
+  // cluster's rate (36,000 transfers/s) the analysis' third of a core affords ~6 on average. At 200,000 (the
+  // first budget) a 6-minute target run (bench/README.md) spent 44 % of the analysis' CPU on jobs of 17-256
+  // nodes re-reading 16 iterations (38,000-98,000 transfers each time) and 24 % more on their young phase
+  // (their whole history until 16 iterations); the budget is now kTailMaxXfers, the size below which a tail
+  // may grow to kTailNs. Testbed-sized jobs and the SimAI sample (a few thousand transfers in a whole
+  // recording) are far below it: analysed live exactly as offline.
+  static constexpr size_t kTailBudgetXfers = kTailMaxXfers;
+  // Diagnosis skips a tail's first kWarmup (2) iterations and then needs more than kPersist (3) for a
+  // straggler and kLinkPersist (4) measured ones for a slow link (diagnosis.cpp: iters > kWarmup +
+  // kPersist): 6 iterations and the anchor's before them give it 7. At 4 (the first budget) a large job's
+  // 5-iteration tails could name neither. Also above the period search's minimum of 3
+  // (iteration_period.cpp kMinPeriods).
+  static constexpr size_t kMinTailIterations = 6;
   // A job whose last tail held more than kReuseMinXfers transfers is re-analysed only when something can
   // have changed: a periodic one once its data passes the next expected boundary (last boundary + 0.95
   // step; then every second of data until the boundary shows), an aperiodic one once it has an iteration's

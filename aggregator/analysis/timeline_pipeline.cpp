@@ -43,7 +43,7 @@ constexpr double kDisplacedRatio = 4.0;
 // The last iteration of a pipeline without DP ends at its drain plus the median of the last 12 drain-to-start
 // gaps: the daemon re-analyses a tail of at least 16 iterations (incremental.hpp, kTailIterations), so it
 // sees the same 12 as an analysis of the whole run -- unless the job is so large that 16 iterations exceed
-// kTailBudgetXfers (hundreds of nodes), when its tail keeps fewer.
+// kTailBudgetXfers (tens of nodes or more), when its tail keeps fewer.
 constexpr size_t kLastDelays = 12;
 // A transfer record carries one activation when it is at most 1.5 x the typical activation (messages of
 // one pipeline edge have one size; two merged ones are 2x).
