@@ -276,6 +276,15 @@ std::vector<uint64_t> periodic_ends(const std::vector<Burst>& b, const Upto& upt
     debug::line(l);
   }
   if (r.ends.size() < kMinPeriodicEnds) return out;
+  // No longest-quiet reading at all (ZeRO-3 over two ranks: the optimizer's quiet is shorter than a backward
+  // unit's, and no quiet closes two thirds of any candidate's stretches): the period stands alone when its
+  // clock keeps its ticks.
+  if (out.size() < kMinIterations + 1) {
+    if (static_cast<double>(r.ends.size()) < kKeptTicks * periods) return out;
+    out.clear();
+    for (size_t j : r.ends) out.push_back(b[j].end);
+    return out;
+  }
   // A coarser period replaces the reading when the reading's lag is no period (below the need) and far from
   // the best lag (half its hits or twice its misses), and the clock keeps its ticks (as many ends as periods
   // in view: a lag that recurs only by chance loses most of them).
@@ -321,11 +330,10 @@ std::vector<uint64_t> iteration_ends(const std::vector<const Xfer*>& xs, const s
   };
   std::vector<Burst> b = bursts(xs);
   if (b.size() < kMinIterations + 1) return ends;
-  std::vector<uint64_t> out = longest_quiets(b, upto);
-  if (out.size() < kMinIterations + 1) return ends;
   // A reading whose stretches are not a period of the traffic (FSDP / ZeRO-3: collectives all through the
-  // iteration, every unit's compute a quiet) gives way to the period of the quiets in volume.
-  out = periodic_ends(b, upto, std::move(out));
+  // iteration, every unit's compute a quiet), or no reading, gives way to the period of the quiets in volume.
+  std::vector<uint64_t> out = periodic_ends(b, upto, longest_quiets(b, upto));
+  if (out.size() < kMinIterations + 1) return ends;
   // The episodes are the iterations unless the reading's iterations carry clearly more than an episode:
   // one synchronisation per iteration keeps its episode ends (with their receivers' arrival times).
   auto volumes = [&](const std::vector<uint64_t>& e) {

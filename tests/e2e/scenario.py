@@ -63,6 +63,11 @@ SCENARIOS = {
     # pass (the timeline reads the period of its quiets in DP volume, iteration_period.cpp).
     "mpi_dp4_zero3": ["--stack", "mpi", "--pattern", "zero3", "--dp", "4", "--pp", "1", "--iters", "14",
                       "--fwd-ms", "150"],
+    # The same over two ranks: OpenMPI's two-rank reduce-scatter is a reduce and a smaller scatter back (1.33x
+    # one way), a request-response shape that once read as a two-stage pipeline (edge_drift.cpp), and no quiet
+    # closes the iterations (the optimizer's is shorter than a backward unit's: iteration_volume.cpp).
+    "mpi_dp2_zero3": ["--stack", "mpi", "--pattern", "zero3", "--dp", "2", "--pp", "1", "--iters", "14",
+                      "--fwd-ms", "150"],
     # PyTorch DDP on gloo: one gradient bucket per block, all-reduced while the backward pass still runs.
     "ddp_dp4": ["--ddp", "--dp", "4", "--pp", "1", "--depth", "4", "--micro-batches", "1", "--iters", "14",
                 "--fwd-ms", "100"],
