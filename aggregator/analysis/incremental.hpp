@@ -38,9 +38,9 @@ class StreamingAnalysis {
     size_t max_xfers = 2'000'000;             // transfers kept for the tails (32 B each)
     size_t max_conns = 200'000;               // connections tracked (a few hundred bytes each)
     // CPU time a pass may spend re-analysing jobs (0: no limit, as offline and in the golden replays).
-    // Jobs are taken least recently analysed first; once the budget is spent the others keep their last
-    // result until a later pass (counted: Stats::deferred), so one huge job delays the rest by at most a
-    // pass and never starves them.
+    // Jobs deferred by the last pass go first, then the cheapest; once the budget is spent the others
+    // keep their last result until the next pass (counted: Stats::deferred), so one huge job delays the
+    // rest by at most a pass and never starves them.
     uint64_t pass_budget_ns = 0;
   };
   // One observed event with interned strings (intern()); analysis/feed.hpp builds these from flowlets
@@ -209,6 +209,7 @@ class StreamingAnalysis {
     size_t last_conns = 0;       // connections the job had then
     size_t tail_iterations = 0;  // iterations in that tail
     uint64_t analysed_ns = 0;
+    bool deferred = false;     // the last pass left it due (pass budget spent): first in the next
     uint64_t next_due_ns = 0;  // data time from which a periodic job is due again (kReuseMinXfers)
     // Sorted durations of iterations [0, settled_n): the step time's median over all iterations without
     // re-reading them every pass.

@@ -244,6 +244,11 @@ def report(q, vis, replays, offline, rss, loads, sim_lines, minutes, nodes, jobs
         own = sorted(v for i, v in tr["seen"].items() if i >= WARMUP)
         if own:
             line += f" (visible after {pct(own, 0.5)} s median, {own[-1]:.3f} s at most)"
+            slow = sorted((i, v) for i, v in tr["seen"].items() if i >= WARMUP and v > 2)
+            if slow:  # which iterations came late: the first after start-up, or some late one every so often
+                line += "; after 2 s: " + ", ".join(f"#{i} {v:.2f} s" for i, v in slow[:8])
+                if os.environ.get("NP_DEBUG"):
+                    line += f" ends {[tr['ends'][i] for i, _ in slow[:3]]} id {ids.get(key)}"
         if key not in live:
             line += "; no live job has exactly its nodes"
         elif not tr["seen"] and os.environ.get("NP_DEBUG"):

@@ -255,8 +255,8 @@ TEST(StreamingAnalysis, RunsOfEventsAddExactlyAsOneByOne) {
   EXPECT_EQ(one.pass(t).jobs.size(), 2u);
 }
 
-// With a pass budget too small for more than one job, every pass still re-analyses the least recently
-// analysed job: each job's iterations keep coming (a pass later at most per other due job), the put-off
+// With a pass budget too small for more than one job, every pass still re-analyses one due job, the one the
+// last pass deferred first: each job's iterations keep coming (a pass later at most per other due job), the put-off
 // re-analyses are counted, and once the data stops the result is offline's.
 TEST(StreamingAnalysis, PassBudgetDefersRoundRobinAndCounts) {
   synth::Spec a, b;
