@@ -193,11 +193,27 @@ void StreamingAnalysis::add(const Event& e, uint64_t fh) {
 void StreamingAnalysis::expire(uint64_t now_ns) {
   if (now_ns <= lim_.window_ns) return;
   uint64_t since = now_ns - lim_.window_ns;
-  if (std::none_of(conns_.begin(), conns_.end(), [&](const ConnSt& c) { return c.last_ns < since; })) return;
+  // A connection silent for the window is forgotten, unless its job (as the last pass grouped it) is young
+  // and was active within the window: a young job's whole history is re-analysed every pass, so losing its
+  // first connections would drop its first iterations from the live answer and from the record it is
+  // retired with. Sources that open a port or QP per message (SimAI's records) lose a connection after
+  // every message: the SimAI copy of a 30-minute target run retired with 2 of its 3 iterations. A young
+  // job is bounded (kTailBudgetXfers), and so is what this keeps.
+  auto keep = [&](const ConnSt& c) {
+    if (c.last_ns >= since) return true;
+    auto job = job_of_uid_.find(c.uid);
+    if (job == job_of_uid_.end()) return false;
+    auto h = hist_.find(job->second);
+    return h != hist_.end() && h->second.tail_from == 0 && h->second.last_ns >= since;
+  };
+  if (std::all_of(conns_.begin(), conns_.end(), [&](const ConnSt& c) { return c.last_ns >= since; })) return;
+  std::vector<char> kept(conns_.size());
+  for (uint32_t c = 0; c < conns_.size(); ++c) kept[c] = keep(conns_[c]);
+  if (std::all_of(kept.begin(), kept.end(), [](char k) { return k != 0; })) return;
   std::vector<uint32_t> conn_map(conns_.size(), UINT32_MAX);
   std::vector<ConnSt> conns;
   for (uint32_t c = 0; c < conns_.size(); ++c)
-    if (conns_[c].last_ns >= since) {
+    if (kept[c]) {
       conn_map[c] = static_cast<uint32_t>(conns.size());
       conns.push_back(std::move(conns_[c]));
     }

@@ -199,6 +199,7 @@ class StreamingAnalysis {
     uint64_t structure_ns = 0;  // when (data time) it was inferred
     bool has_structure = false;
     uint64_t first_ns = 0;
+    uint64_t last_ns = 0;  // its last transfer as of the latest pass (expire(): a young job's connections)
     std::vector<std::string> nodes;
     bool seen = false;  // present in the current pass
     // The last result, reused while a large job has nothing due (see kReuseMinXfers); its iterations and

@@ -194,6 +194,32 @@ TEST(ThirdPartyShapes, StreamingMatchesOffline) {
   for (size_t k = 0; k < a.iterations.size(); ++k) EXPECT_EQ(a.iterations[k].end_ns, b.iterations[k].end_ns);
 }
 
+// Each message on its own QP goes silent after it: with a window shorter than the job, the first messages'
+// connections are past it while the job still runs. The engine keeps a young job's connections while the job
+// is active (expire()), so the job keeps its first iterations; once the whole job has been silent for the
+// window it leaves the analysis at once, never as a fragment.
+TEST(ThirdPartyShapes, AYoungJobKeepsItsConnectionsWhileActive) {
+  Input in = job_c();
+  std::stable_sort(in.events.begin(), in.events.end(),
+                   [](const FlowEvent& a, const FlowEvent& b) { return a.last_ns < b.last_ns; });
+  StreamingAnalysis::Limits lim;
+  lim.window_ns = 500'000'000;  // job_c's records span 830 ms, its steps 275 ms
+  StreamingAnalysis sa(lim);
+  sa.set_addr_nodes(in.addr_node);
+  size_t i = 0;
+  uint64_t t = 50'000'000;
+  for (; i < in.events.size(); t += 50'000'000) {
+    while (i < in.events.size() && in.events[i].last_ns <= t) add_event(sa, in.events[i++]);
+    Result r = sa.pass(t);
+    for (const Job& j : r.jobs) EXPECT_EQ(j.nodes, (std::vector<std::string>{"s0", "s1"}));
+  }
+  Result live = sa.pass(t);
+  ASSERT_EQ(live.jobs.size(), 1u);
+  expect_job_c(live.jobs[0], {"s0", "s1"}, 3);
+  EXPECT_TRUE(sa.pass(in.events.back().last_ns + lim.window_ns + 1).jobs.empty());
+  EXPECT_EQ(sa.stats().conns, 0u);
+}
+
 // Megatron's distributed optimizer steps between the reduce-scatter and the all-gather: the two halves of
 // each synchronisation 20 ms apart (the all-gather rows, the second message of each pair per iteration,
 // moved later). Still one iteration per synchronisation pair, with the same step.
