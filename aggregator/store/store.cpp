@@ -99,12 +99,15 @@ Store::Store(const std::string& path, Db::Mode mode, int zstd_level, bool durabl
     // FULL: the WAL is fsynced at every commit, so an ACK (sent after commit) survives power loss too, not
     // only a crash of this process. Group commit keeps the cost to one fsync per drained burst.
     db_.exec(durable_ ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");
-    // Every batch inserts into the table and three indexes keyed by node, so with a thousand nodes the
-    // touched pages are spread over the whole index; SQLite's default 2 MiB page cache then re-reads them
-    // from the OS on every commit (pread copies were a fifth of the commit thread in the 1,000-agent load
-    // test). 64 MiB holds the indexes' hot pages for days of batches; it is a bound, not an allocation up
-    // front.
-    db_.exec("PRAGMA cache_size=-65536");
+    // Every batch inserts into the table and indexes keyed by node, so with a thousand nodes the touched
+    // pages are spread over the whole index; SQLite's default 2 MiB page cache then re-reads them from the
+    // OS on every commit (pread copies were a fifth of the commit thread in the 1,000-agent load test, 159 k
+    // records/s). The hot set is each node's append point in the two node-keyed indexes, ~8 KiB a node:
+    // 16 MiB holds it for 2,000 nodes. It is a bound that fills: at 64 MiB (before) the cache was still
+    // filling 30-45 s into the load test, the aggregator's RSS grew 24 % in its second half with the
+    // analysis off (its plateau check failed on that alone); at 16 MiB +12 %, and ingest still keeps up
+    // (199,829 records/s for 200,000 offered; bench/README.md).
+    db_.exec("PRAGMA cache_size=-16384");
     create_schema();
     ins_batch_ = db_.prepare(
         "INSERT OR IGNORE INTO batches(node,epoch,seq,received_ns,first_ns,last_ns,records,raw_bytes,data) "
