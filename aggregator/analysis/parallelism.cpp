@@ -484,8 +484,7 @@ size_t edge_evidence(const Normalized& n, const JobSlice& job, EdgeMap& edges) {
     double eps = 0.5 * typical_size(sizes);
     d.fwd = negative_share(d.xs, d.e.u, eps);
     d.rev = negative_share(d.xs, d.e.v, eps);
-    // Not a pipeline when one direction carries more every iteration (a reduce, a smaller scatter back).
-    if (volume_drifts(d.xs, d.e.u)) d.fwd = d.rev = 0;
+    if (volume_drifts(d.xs, d.e.u)) d.fwd = d.rev = 0;  // one way carries more: no pipeline (edge_drift.cpp)
     if (std::getenv("NP_ANALYSIS_DEBUG"))
       std::fprintf(stderr, "edge %s-%s bytes %llu/%llu neg fwd %.3f rev %.3f\n", n.nodes[d.e.u].c_str(),
                    n.nodes[d.e.v].c_str(), static_cast<unsigned long long>(d.e.bytes_uv),

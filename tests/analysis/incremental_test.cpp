@@ -256,8 +256,8 @@ TEST(StreamingAnalysis, RunsOfEventsAddExactlyAsOneByOne) {
 }
 
 // With a pass budget too small for more than one job, every pass still re-analyses one due job, the one the
-// last pass deferred first: each job's iterations keep coming (a pass later at most per other due job), the put-off
-// re-analyses are counted, and once the data stops the result is offline's.
+// last pass deferred first: each job's iterations keep coming (a pass later at most per other due job), the
+// put-off re-analyses are counted, and once the data stops the result is offline's.
 TEST(StreamingAnalysis, PassBudgetDefersRoundRobinAndCounts) {
   synth::Spec a, b;
   a.dp = 2, a.pp = 2, a.iters = 40;
