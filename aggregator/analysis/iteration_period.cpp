@@ -88,7 +88,7 @@ double recurring_at(const std::vector<Quiet>& s, double L, std::vector<double>* 
     auto it = std::lower_bound(s.begin(), s.end(), q.cum + L - tol,
                                [](const Quiet& a, double v) { return a.cum < v; });
     for (; it != s.end() && it->cum <= q.cum + L + tol; ++it)
-      if (std::fabs(std::log(it->len / q.len)) <= std::log(kQuietRepeat)) {
+      if (it->len <= kQuietRepeat * q.len && q.len <= kQuietRepeat * it->len) {  // within 1.5x either way
         ++found;
         if (lags) lags->push_back(it->cum - q.cum);
         break;
