@@ -52,22 +52,18 @@ std::vector<double> balance_on_grid(const std::vector<std::pair<double, double>>
 
 }  // namespace
 
-double drift_share(const std::vector<const Xfer*>& xs, uint32_t u) {
-  const std::vector<Episode> episodes = episodes_of(xs);  // xs is sorted by t0
+double drift_share(const std::vector<const Xfer*>& xs, const std::vector<Episode>& episodes, uint32_t u) {
   if (episodes.size() < 2) return 0;
   std::vector<std::pair<double, double>> eps;  // per episode: volume, net (u's bytes minus the other's)
   double total = 0;
   for (size_t k = 0; k < episodes.size(); ++k) {
+    if (episodes[k].bytes <= 0) continue;
     const size_t end = k + 1 < episodes.size() ? episodes[k + 1].first : xs.size();
-    double vol = 0, net = 0;
-    for (size_t i = episodes[k].first; i < end; ++i) {
-      const double b = static_cast<double>(xs[i]->bytes);
-      vol += b;
-      net += xs[i]->src == u ? b : -b;
-    }
-    if (vol <= 0) continue;
-    eps.emplace_back(vol, net);
-    total += vol;
+    double net = 0;
+    for (size_t i = episodes[k].first; i < end; ++i)
+      net += (xs[i]->src == u ? 1.0 : -1.0) * static_cast<double>(xs[i]->bytes);
+    eps.emplace_back(episodes[k].bytes, net);
+    total += episodes[k].bytes;
   }
   if (eps.size() < 2 || total <= 0) return 0;
   const std::vector<double> b = balance_on_grid(eps, total);
@@ -83,8 +79,8 @@ double drift_share(const std::vector<const Xfer*>& xs, uint32_t u) {
   return best;
 }
 
-bool volume_drifts(const std::vector<const Xfer*>& xs, uint32_t u) {
-  return drift_share(xs, u) > kMaxPipelineDrift;
+bool volume_drifts(const std::vector<const Xfer*>& xs, const std::vector<Episode>& episodes, uint32_t u) {
+  return drift_share(xs, episodes, u) > kMaxPipelineDrift;
 }
 
 }  // namespace netprism::analysis

@@ -225,14 +225,14 @@ void StreamingAnalysis::set_next_due(History& h, const JobSlice& sl, const Timel
   const uint64_t margin = static_cast<uint64_t>(std::min(kRetryNs, 0.25 * step));
   uint64_t expected = h.boundaries.back() + static_cast<uint64_t>(0.95 * step);
   uint64_t retry = sl.last_ns + margin;
-  h.next_due_ns = std::max(expected, retry);
   // A boundary at the very end of the data may close a synchronisation whose records are still arriving
   // (each agent flushes on its own, about once a second): the analysis saw part of it, and the boundary
   // may move or the iteration not count yet. Its rest is then due by the retry, not a step later. In a
   // 6-minute target run, one iteration in ~24 of jobs with 3.5-9 s steps showed only with the next step's
   // data or after kStaleNs (4.3-5.9 s late; p99 5.1 s): analysed mid-synchronisation, its boundary was
   // placed on the part seen, and the rest waited for the next expected boundary.
-  if (sl.last_ns < h.boundaries.back() + margin) h.next_due_ns = retry;
+  const bool at_data_end = sl.last_ns < h.boundaries.back() + margin;
+  h.next_due_ns = at_data_end ? retry : std::max(expected, retry);
 }
 
 Job StreamingAnalysis::current_job(const Normalized& n, JobSlice& sl, History& h, const std::string& id,

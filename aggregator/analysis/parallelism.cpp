@@ -129,13 +129,11 @@ bool unanswered(double bal, double base, const SuffixRange& future, size_t i, do
 // -eps. Volumes are not rescaled: activations and their gradients, and the two halves of a DP exchange, have
 // equal sizes. At every quiet gap a residue below eps (a retransmission, headers) is reset so that it cannot
 // accumulate over a long run, and so is a balance that is never answered (see unanswered()).
-double negative_share(const std::vector<const Xfer*>& xs, uint32_t u, double eps) {
-  const std::vector<Episode> episodes = episodes_of(xs);  // xs is sorted by t0
+double negative_share(const std::vector<const Xfer*>& xs, const std::vector<Episode>& episodes, uint32_t u,
+                      double eps) {
   if (episodes.size() < 2) return 0;
-  size_t from = 0, to = xs.size();
   std::vector<std::pair<uint64_t, double>> ev;
-  for (size_t i = from; i < to; ++i) {
-    const Xfer* x = xs[i];
+  for (const Xfer* x : xs) {
     if (x->src == u)
       ev.emplace_back(x->t0, static_cast<double>(x->bytes));
     else
@@ -146,7 +144,7 @@ double negative_share(const std::vector<const Xfer*>& xs, uint32_t u, double eps
   for (size_t k = 1; k < episodes.size(); ++k)
     snap.emplace_back(xs[episodes[k].first]->t0, episodes[k - 1].bytes);
   std::sort(ev.begin(), ev.end());
-  uint64_t lo = xs[from]->t0, hi = ev.back().first;
+  uint64_t lo = xs.front()->t0, hi = ev.back().first;
   if (hi <= lo) return 0;
   const SuffixRange future = suffix_range(ev);
   double bal = 0, raw = 0, neg = 0;
@@ -482,9 +480,10 @@ size_t edge_evidence(const Normalized& n, const JobSlice& job, EdgeMap& edges) {
     std::vector<double> sizes;
     for (const Xfer* x : d.xs) sizes.push_back(static_cast<double>(x->bytes));
     double eps = 0.5 * typical_size(sizes);
-    d.fwd = negative_share(d.xs, d.e.u, eps);
-    d.rev = negative_share(d.xs, d.e.v, eps);
-    if (volume_drifts(d.xs, d.e.u)) d.fwd = d.rev = 0;  // one way carries more: no pipeline (edge_drift.cpp)
+    const std::vector<Episode> episodes = episodes_of(d.xs);  // d.xs is sorted by t0; one pass for all three
+    d.fwd = negative_share(d.xs, episodes, d.e.u, eps);
+    d.rev = negative_share(d.xs, episodes, d.e.v, eps);
+    if (volume_drifts(d.xs, episodes, d.e.u)) d.fwd = d.rev = 0;  // one way carries more (edge_drift.cpp)
     if (std::getenv("NP_ANALYSIS_DEBUG"))
       std::fprintf(stderr, "edge %s-%s bytes %llu/%llu neg fwd %.3f rev %.3f\n", n.nodes[d.e.u].c_str(),
                    n.nodes[d.e.v].c_str(), static_cast<unsigned long long>(d.e.bytes_uv),

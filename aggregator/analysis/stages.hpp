@@ -113,11 +113,11 @@ struct Episode {
   double bytes = 0;
 };
 std::vector<Episode> episodes_of(const std::vector<const Xfer*>& xs);
-// Volume drift of an edge's time-sorted transfers (edge_drift.cpp): |per-byte excess of u's direction over
-// the other's|, what is in flight at the window's ends averaged out; ~0 for a pipeline edge.
-double drift_share(const std::vector<const Xfer*>& xs, uint32_t u);
+// Volume drift of an edge's time-sorted transfers and their episodes_of() (edge_drift.cpp): |per-byte excess
+// of u's direction over the other's|, what is in flight at the window's ends averaged out; ~0 for a pipeline.
+double drift_share(const std::vector<const Xfer*>& xs, const std::vector<Episode>& episodes, uint32_t u);
 // Whether that drift rules out a pipeline edge (one direction carries more than the other every iteration).
-bool volume_drifts(const std::vector<const Xfer*>& xs, uint32_t u);
+bool volume_drifts(const std::vector<const Xfer*>& xs, const std::vector<Episode>& episodes, uint32_t u);
 
 // Flow exporters' coarse records (coarse_records.cpp). coarse(): the record spans quiet gaps (its packets
 // are spaced wider than kEpisodeGapNs on average), so it carries no message order.

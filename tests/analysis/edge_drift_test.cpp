@@ -56,32 +56,40 @@ Traffic reduce_scatter(int iters) {
   return e;
 }
 
+// The statistic over a window's transfers and their episodes, as parallelism.cpp calls it.
+double drift(const std::vector<const Xfer*>& xs, uint32_t u) {
+  return drift_share(xs, episodes_of(xs), u);
+}
+bool drifts(const std::vector<const Xfer*>& xs, uint32_t u) {
+  return volume_drifts(xs, episodes_of(xs), u);
+}
+
 }  // namespace
 
 TEST(EdgeDrift, APipelineDoesNotDriftWhereverTheWindowCutsItsIterations) {
   const Traffic e = pipeline(12, 4);
-  EXPECT_LT(drift_share(e.view(0, UINT64_MAX), 0), 0.01);
+  EXPECT_LT(drift(e.view(0, UINT64_MAX), 0), 0.01);
   // Windows of 3 to 6 iterations starting and ending mid-iteration, with activations in flight at either end.
   for (uint64_t from = 0; from < 2500 * kMs; from += 70 * kMs)
     for (uint64_t len = 1500; len <= 3000; len += 500) {
       const auto v = e.view(from, from + len * kMs);
-      EXPECT_LT(drift_share(v, 0), 0.06) << "window from " << from / kMs << " ms, " << len << " ms";
-      EXPECT_FALSE(volume_drifts(v, 1));
+      EXPECT_LT(drift(v, 0), 0.06) << "window from " << from / kMs << " ms, " << len << " ms";
+      EXPECT_FALSE(drifts(v, 1));
     }
 }
 
 TEST(EdgeDrift, AnExchangeThatSendsMoreOneWayDriftsByItsRatio) {
   const Traffic e = reduce_scatter(12);
   // 3 MB against 2 MB per unit: (r - 1) / (r + 1) = 0.2, from either end.
-  EXPECT_NEAR(drift_share(e.view(0, UINT64_MAX), 1), 0.2, 0.02);
-  EXPECT_NEAR(drift_share(e.view(0, UINT64_MAX), 0), 0.2, 0.02);
+  EXPECT_NEAR(drift(e.view(0, UINT64_MAX), 1), 0.2, 0.02);
+  EXPECT_NEAR(drift(e.view(0, UINT64_MAX), 0), 0.2, 0.02);
   for (uint64_t from = 0; from < 2500 * kMs; from += 70 * kMs)
-    EXPECT_TRUE(volume_drifts(e.view(from, from + 1500 * kMs), 1)) << "window from " << from / kMs << " ms";
+    EXPECT_TRUE(drifts(e.view(from, from + 1500 * kMs), 1)) << "window from " << from / kMs << " ms";
 }
 
 TEST(EdgeDrift, TooFewEpisodesSayNothing) {
   Traffic e;
   e.add(0, 0, 1'000'000);
-  EXPECT_EQ(drift_share(e.view(0, UINT64_MAX), 0), 0);
-  EXPECT_EQ(drift_share({}, 0), 0);
+  EXPECT_EQ(drift(e.view(0, UINT64_MAX), 0), 0);
+  EXPECT_EQ(drift({}, 0), 0);
 }
