@@ -91,16 +91,21 @@ double coarse_resolution_ns(const JobSlice& job, const Structure& s) {
   std::set<std::pair<uint32_t, uint32_t>> used;
   for (const Edge& e : s.edges)
     if ((e.role == EdgeRole::dp) == dp) used.insert(std::minmax(e.u, e.v));
-  std::vector<std::pair<uint64_t, uint64_t>> coarse_recs;  // duration, bytes
+  // Counted first, listed only when coarse records carry most of the bytes, and then at their exact count: a
+  // list grown by doubling reached 32 MiB in a pass of the 1,000-agent load test (~1.1 million coarse
+  // records) and was mapped and unmapped at every pass.
   uint64_t total = 0, in_coarse = 0;
-  for (const Xfer& x : job.xfers) {
-    if (!used.count(std::minmax(x.src, x.dst))) continue;
-    total += x.bytes;
-    if (!coarse(x)) continue;
-    in_coarse += x.bytes;
-    coarse_recs.emplace_back(x.t1 - x.t0, x.bytes);
-  }
+  size_t count = 0;
+  for (const Xfer& x : job.xfers)
+    if (used.count(std::minmax(x.src, x.dst))) {
+      total += x.bytes;
+      if (coarse(x)) in_coarse += x.bytes, ++count;
+    }
   if (2 * in_coarse <= total) return 0;
+  std::vector<std::pair<uint64_t, uint64_t>> coarse_recs;  // duration, bytes
+  coarse_recs.reserve(count);
+  for (const Xfer& x : job.xfers)
+    if (coarse(x) && used.count(std::minmax(x.src, x.dst))) coarse_recs.emplace_back(x.t1 - x.t0, x.bytes);
   std::sort(coarse_recs.begin(), coarse_recs.end());
   uint64_t acc = 0;
   for (auto [dur, bytes] : coarse_recs)

@@ -22,8 +22,11 @@ port=$((20000 + RANDOM % 20000))
 ulimit -n "$(ulimit -Hn)" || true
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (cores: $(nproc))"
 aggbin=${NP_LOAD_AGGREGATOR:-$build/aggregator/netprism-aggregator}
-# netprism-sim's agents are plain DEALERs: plain TCP (--insecure), on builds that have CURVE at all.
-insecure=$("$aggbin" --help 2>/dev/null | grep -q -- --insecure && echo --insecure)
+# netprism-sim's agents are plain DEALERs: plain TCP (--insecure), on builds that have CURVE at all. The help
+# text is read whole first: `grep -q` in a pipe exits at its first match, the aggregator then dies of SIGPIPE,
+# and pipefail + set -e ended the whole run (exit 141) whenever the help was still being written.
+help=$("$aggbin" --help 2>/dev/null || true)
+insecure=$([[ $help == *--insecure* ]] && echo --insecure || true)
 "$aggbin" --listen "tcp://127.0.0.1:$port" --query "tcp://127.0.0.1:$((port + 1))" \
   --data-dir "$work/data" $insecure ${NP_LOAD_EXTRA:-} >"$work/agg.log" 2>&1 &
 agg=$!
@@ -32,6 +35,7 @@ cleanup() {
   [[ -n $sampler ]] && kill "$sampler" 2>/dev/null
   kill "$agg" 2>/dev/null
   wait "$agg" 2>/dev/null
+  [[ -n ${NP_LOAD_KEEP:-} ]] && cp "$work/rss" "$NP_LOAD_KEEP.rss" && cp "$work/agg.log" "$NP_LOAD_KEEP.log"
   rm -rf "$work"
 }
 trap cleanup EXIT
