@@ -21,12 +21,14 @@ the cluster in real time, this script polling the real query API.
 The aggregator runs with --analysis-max-events 8000000 (NP_MAX_EVENTS): the running jobs' tails hold ~1.9 M
 transfers (1,250 busy nodes x ~83 records per node and iteration x 18 iterations) and the jobs that ended
 within the analysis window as many again, above the 2 M default; at 4 M, 424 k were dropped in 5 minutes
-(docs/deploy.md). NP_AGG_ARGS adds aggregator options; NP_SCALE_KEEP_LOG=FILE keeps its log.
+(docs/deploy.md). NP_AGG_ARGS adds aggregator options; NP_SCALE_KEEP_LOG=FILE keeps its log;
+NP_SCALE_RSS_TRACE=FILE writes, every second, the aggregator's RSS (MB) and the live view's jobs by state.
 NP_ANALYSIS_NICE=N renices the aggregator's analysis thread (default: left at the daemon's own nice 10; on a
 machine other work loads, a nice-10 thread gets a sliver of a core, see bench/README.md).
 usage: live_scale.py BUILD MINUTES NODES JOBS COPIES NICS
 """
 import bisect
+import collections
 import glob
 import json
 import os
@@ -178,6 +180,7 @@ def measure(q, agg, simp, truth_path, offline, minutes, nodes, jobs):
     counts, rss, loads, sim_lines = {}, [], [], []
     start = time.time()
     tf, next_rss, partial = None, 0, ""
+    trace = open(os.environ["NP_SCALE_RSS_TRACE"], "w", buffering=1) if os.environ.get("NP_SCALE_RSS_TRACE") else None
     os.set_blocking(simp.stdout.fileno(), False)
     while simp.poll() is None:
         now = time.time()
@@ -192,12 +195,16 @@ def measure(q, agg, simp, truth_path, offline, minutes, nodes, jobs):
             if line.strip():
                 rec = json.loads(line)
                 (vis.add_truth if rec["kind"] == "sim" else replays.append)(rec)
+        doc = q({"cmd": "jobs"})
         if now >= next_rss:
             rss.append((now - start, rss_mb(agg.pid)))
             if len(rss) % 10 == 0:
                 loads.append(os.getloadavg()[0])
             next_rss = now + 1
-        doc = q({"cmd": "jobs"})
+            if trace is not None:  # NP_SCALE_RSS_TRACE: RSS beside the live view's jobs by state
+                states = collections.Counter(j.get("state", "?") for j in (doc or {}).get("jobs", []))
+                trace.write(f"{now - start:.0f} {rss[-1][1]:.0f} {sum(states.values())} "
+                            + " ".join(f"{k}={v}" for k, v in sorted(states.items())) + "\n")
         for j in (doc or {}).get("jobs", []):
             if counts.get(j["id"]) != j["iterations"]:
                 counts[j["id"]] = j["iterations"]
