@@ -16,9 +16,9 @@
 namespace netprism::daemon {
 
 const analysis::Job* Snapshot::find(const std::string& id) const {
-  for (const auto& j : jobs)
-    if (j.id == id) return &j;
-  return nullptr;
+  auto it = std::lower_bound(jobs.begin(), jobs.end(), id,
+                             [](const analysis::Job& j, const std::string& v) { return j.id < v; });
+  return it != jobs.end() && it->id == id ? &*it : nullptr;
 }
 
 namespace {
@@ -286,16 +286,24 @@ void LiveAnalysis::retain(analysis::Result r, uint64_t since) {
   // What the last persist() did not take (no store to write to) is not kept: memory stays bounded.
   retiring_.clear();
   superseded_.clear();
-  std::map<std::string, analysis::Job> next;
-  for (auto& j : r.jobs) next[j.id] = std::move(j);
-  for (auto& [id, j] : retained_) {
-    if (next.count(id)) continue;
+  auto next = std::make_shared<Snapshot>();
+  next->jobs = std::move(r.jobs);
+  // By id; of two with one id (not expected) the later stands, as a map assignment kept it.
+  std::stable_sort(next->jobs.begin(), next->jobs.end(),
+                   [](const auto& a, const auto& b) { return a.id < b.id; });
+  auto dup = [](const analysis::Job& a, const analysis::Job& b) { return a.id == b.id; };
+  std::reverse(next->jobs.begin(), next->jobs.end());
+  next->jobs.erase(std::unique(next->jobs.begin(), next->jobs.end(), dup), next->jobs.end());
+  std::reverse(next->jobs.begin(), next->jobs.end());
+  // The last pass' jobs are published (queries may hold them): a retiring one is copied, which is rare.
+  for (const auto& j : retained_->jobs) {
+    if (next->find(j.id)) continue;
     uint64_t last_end = j.iterations.empty() ? 0 : j.iterations.back().end_ns;
     bool left_window = j.iterations.empty() ? j.state == "ended" : last_end < since;
     if (left_window)
-      retiring_.push_back(std::move(j));
+      retiring_.push_back(j);
     else
-      superseded_.push_back(id);
+      superseded_.push_back(j.id);
   }
   retained_ = std::move(next);
 }
@@ -311,9 +319,9 @@ void LiveAnalysis::persist(store::Store& writer, uint64_t now) {
     persisted_.erase(id);
   }
   superseded_.clear();
-  for (const auto& [id, j] : retained_) {
+  for (const auto& j : retained_->jobs) {
     auto sig = signature(j);
-    auto& p = persisted_[id];
+    auto& p = persisted_[j.id];
     if (p.signature == sig) continue;
     if (!p.signature.empty() && now < p.saved_ns + kPersistEveryNs && j.state == "running") continue;
     writer_.write(writer, j, now, false);
@@ -324,15 +332,16 @@ void LiveAnalysis::persist(store::Store& writer, uint64_t now) {
     store::JobHistory h(writer.db());
     store::Transaction tx(writer.db());
     for (const auto& id : unclaimed_)
-      if (!retained_.count(id)) h.set_retired(id, true);
+      if (!retained_->find(id)) h.set_retired(id, true);
     tx.commit();
     unclaimed_.clear();
   }
 }
 
 void LiveAnalysis::publish(uint64_t now, std::chrono::steady_clock::time_point started) {
-  auto snap = std::make_shared<Snapshot>();
-  for (const auto& [_, j] : retained_) snap->jobs.push_back(j);
+  // The jobs retain() kept become the published snapshot as they are (not copied); the next pass builds a
+  // new one, so a published snapshot is never written again.
+  std::shared_ptr<Snapshot> snap = retained_;
   snap->computed_ns = now;
   snap->took_ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started)

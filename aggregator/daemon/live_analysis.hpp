@@ -112,10 +112,13 @@ class LiveAnalysis {
 
   // Owned by the analysis thread.
   analysis::StreamingAnalysis engine_;
-  std::map<std::string, analysis::Job> retained_;  // the jobs of the last pass (the live view)
-  std::vector<analysis::Job> retiring_;            // left the analysis: written as retired, then dropped
-  std::vector<std::string> superseded_;            // regrouped by the analysis: deleted from the store
-  std::vector<std::string> unclaimed_;             // live in the store at start, not seen by a pass yet
+  // The jobs of the last pass (the live view), sorted by id: the snapshot publish() hands to queries, so a
+  // job's document is held once, not once here and once published (a job keeps up to kMaxPhases phases,
+  // ~4 MB; the copy also cost a pass the time to make it).
+  std::shared_ptr<Snapshot> retained_ = std::make_shared<Snapshot>();
+  std::vector<analysis::Job> retiring_;  // left the analysis: written as retired, then dropped
+  std::vector<std::string> superseded_;  // regrouped by the analysis: deleted from the store
+  std::vector<std::string> unclaimed_;   // live in the store at start, not seen by a pass yet
   JobWriter writer_;
   struct Persisted {
     std::string signature;  // what changed since the last write (cheap to compare, unlike the document)
