@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -97,12 +98,36 @@ struct Phase {
   uint64_t end_ns = 0;
 };
 
+// An iteration's per-node phases, immutable once made and shared by every copy of the iteration. The live
+// aggregator holds a job's iterations in the engine's history, in each pass' result and in the snapshot
+// queries read; each copied the phases (up to kMaxPhases, ~80 B each, per job), and in a 30-minute target
+// run those copies were most of its memory, growing with the ended and hung jobs the window still held.
+class Phases {
+ public:
+  Phases() = default;
+  Phases(std::vector<Phase> v)  // NOLINT(google-explicit-constructor): assigned from node_phases()
+      : p_(v.empty() ? nullptr : std::make_shared<const std::vector<Phase>>(std::move(v))) {}
+  std::vector<Phase>::const_iterator begin() const { return list().begin(); }
+  std::vector<Phase>::const_iterator end() const { return list().end(); }
+  size_t size() const { return p_ ? p_->size() : 0; }
+  bool empty() const { return size() == 0; }
+  const Phase& operator[](size_t i) const { return list()[i]; }
+  void clear() { p_.reset(); }
+
+ private:
+  const std::vector<Phase>& list() const {
+    static const std::vector<Phase> none;
+    return p_ ? *p_ : none;
+  }
+  std::shared_ptr<const std::vector<Phase>> p_;
+};
+
 struct Iteration {
   int index = 0;
   uint64_t start_ns = 0;
   uint64_t end_ns = 0;
   uint64_t duration_ns = 0;
-  std::vector<Phase> phases;  // per node; empty when not computed
+  Phases phases;  // per node; empty when not computed
   double bubble_share =
       0;  // pipeline jobs: share of the iteration the average stage spends without transfers
 };

@@ -149,8 +149,9 @@ class StreamingAnalysis {
   static constexpr size_t kAperiodicMaxXfers = 4 * kTailMaxXfers;
   // Per-node phases kept over all iterations of a job (a Phase is ~80 bytes): recent iterations keep them,
   // older ones keep start/end/duration; a 512-node job keeps ~100 iterations' worth, a 16-node one 3,000.
-  // A job's document is copied into every pass' result and snapshot: at 200,000 (16 MB a job) live_curves
-  // measured a pass of an 8-node job growing from 11 ms at 1,000 iterations to 42 ms at 80,000.
+  // A job's document was copied into every pass' result and snapshot: at 200,000 (16 MB a job) live_curves
+  // measured a pass of an 8-node job growing from 11 ms at 1,000 iterations to 42 ms at 80,000. The copies
+  // now share each iteration's phases (Phases), so this bounds the one copy: ~4 MB a job.
   static constexpr size_t kMaxPhases = 50'000;
 
  private:

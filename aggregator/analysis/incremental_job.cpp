@@ -465,11 +465,7 @@ void StreamingAnalysis::bound_phases(History& h) {
   size_t kept = 0, k = h.iterations.size();
   while (k > h.phases_from && kept + h.iterations[k - 1].phases.size() <= kMaxPhases)
     kept += h.iterations[--k].phases.size();
-  for (size_t i = h.phases_from; i < k; ++i) {
-    auto& ph = h.iterations[i].phases;
-    ph.clear();
-    ph.shrink_to_fit();
-  }
+  for (size_t i = h.phases_from; i < k; ++i) h.iterations[i].phases.clear();
   h.phases_from = k;
 }
 
