@@ -89,6 +89,23 @@ TEST(AnalysisTimeline, PhasesPerNodeInsideTheIteration) {
   EXPECT_EQ(sync, 4u);
 }
 
+// The live aggregator holds each iteration in the engine's history, a pass' result and the published
+// snapshot: the copies share one list of phases, and the history dropping an old iteration's phases
+// (kMaxPhases) leaves what a published snapshot holds intact.
+TEST(Timeline, CopiesOfAnIterationShareItsPhases) {
+  Iteration it;
+  it.phases = std::vector<Phase>{{"n0", "compute", 1, 2}, {"n1", "dp_sync", 2, 3}};
+  Iteration copy = it;
+  ASSERT_EQ(copy.phases.size(), 2u);
+  EXPECT_EQ(&copy.phases[0], &it.phases[0]);  // one list, not two
+  it.phases.clear();
+  EXPECT_TRUE(it.phases.empty());
+  ASSERT_EQ(copy.phases.size(), 2u);
+  EXPECT_EQ(copy.phases[1].name, "dp_sync");
+  EXPECT_EQ(std::distance(copy.phases.begin(), copy.phases.end()), 2);
+  EXPECT_TRUE(Iteration{}.phases.empty());
+}
+
 // Receivers' views (agents' ingress): a synchronisation ends at its members when the last data arrives.
 // The same DP2 x PP2 job seen by both observers, once as is and once with every arrival at the receivers
 // 15 ms later than the data left (data queued on a shaped link, which the sender's view cannot show): the
