@@ -363,8 +363,8 @@ void StreamingAnalysis::for_tail_xfers(const Normalized& n, const JobSlice& sl, 
 
 void StreamingAnalysis::collect_tail(const Normalized& n, JobSlice& sl, const History& h) {
   // The job's transfers from its tail on, as normalize() + group_jobs() would list them. Counted first and
-  // reserved exactly: a pass of a large job copies up to a pass' worth of new transfers (the 1,000-agent
-  // load test: ~1 million, 40 MB), and growing by doubling held up to three times that for a moment, a
+  // reserved once (not grown by doubling): a pass of a large job copies up to a pass' worth of new transfers
+  // (the 1,000-agent load test: ~1 million, 40 MB), and doubling held up to three times that for a moment, a
   // sawtooth in the aggregator's RSS at every such pass.
   size_t mine = 0, theirs = 0;
   for_tail_xfers(n, sl, h,

@@ -292,9 +292,7 @@ void LiveAnalysis::retain(analysis::Result r, uint64_t since) {
   std::stable_sort(next->jobs.begin(), next->jobs.end(),
                    [](const auto& a, const auto& b) { return a.id < b.id; });
   auto dup = [](const analysis::Job& a, const analysis::Job& b) { return a.id == b.id; };
-  std::reverse(next->jobs.begin(), next->jobs.end());
-  next->jobs.erase(std::unique(next->jobs.begin(), next->jobs.end(), dup), next->jobs.end());
-  std::reverse(next->jobs.begin(), next->jobs.end());
+  next->jobs.erase(next->jobs.begin(), std::unique(next->jobs.rbegin(), next->jobs.rend(), dup).base());
   // The last pass' jobs are published (queries may hold them): a retiring one is copied, which is rare.
   for (const auto& j : retained_->jobs) {
     if (next->find(j.id)) continue;
