@@ -12,6 +12,7 @@
 // then re-inserts every key, which keeps probing free of tombstones.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -74,6 +75,20 @@ class FlatIndex {
   void clear() {
     slots_ = {};
     mask_ = 0;
+    size_ = 0;
+  }
+  // Empties the table, sized for n records: compaction, every pass that forgets connections, re-inserts a
+  // known count. The slots are kept when already of about that size (up to twice it), so a steady table
+  // is refilled in place instead of freed and allocated again (the target run's flow index is tens of MB;
+  // clear() + reserve() re-made it every such pass, and the heap kept both the old and the new).
+  void reset(size_t n) {
+    const size_t cap = capacity_for(n);
+    if (slots_.size() < cap || slots_.size() > 2 * cap) {
+      slots_ = std::vector<Slot>(cap);
+    } else {
+      std::fill(slots_.begin(), slots_.end(), Slot{});
+    }
+    mask_ = slots_.size() - 1;
     size_ = 0;
   }
   // Room for n records without growing (compaction re-inserts a known count).

@@ -102,7 +102,7 @@ void StreamingAnalysis::add(std::span<const Event> events) {
         const FlowSt& fl = flows_[f];
         if (fl.conn < conns_.size()) prefetch_lines(&conns_[fl.conn]);
         if (!fl.obs.empty()) __builtin_prefetch(fl.obs.data());
-        if (fl.xs.size() < fl.xs.capacity()) __builtin_prefetch(fl.xs.data() + fl.xs.size(), 1);
+        if (const auto* slot = fl.xs.next_slot()) __builtin_prefetch(slot, 1);
       }
     add(events[i], hashes[i]);
   }
@@ -210,24 +210,29 @@ void StreamingAnalysis::expire(uint64_t now_ns) {
   std::vector<char> kept(conns_.size());
   for (uint32_t c = 0; c < conns_.size(); ++c) kept[c] = keep(conns_[c]);
   if (std::all_of(kept.begin(), kept.end(), [](char k) { return k != 0; })) return;
+  // In place (each kept record moves down over the forgotten ones): building new vectors beside the old
+  // ones, at every pass that forgot a connection, held both for the copy, and the heap kept that peak.
   std::vector<uint32_t> conn_map(conns_.size(), UINT32_MAX);
-  std::vector<ConnSt> conns;
+  uint32_t n = 0;
   for (uint32_t c = 0; c < conns_.size(); ++c)
     if (kept[c]) {
-      conn_map[c] = static_cast<uint32_t>(conns.size());
-      conns.push_back(std::move(conns_[c]));
+      conn_map[c] = n;
+      if (n != c) conns_[n] = std::move(conns_[c]);
+      ++n;
     }
-  std::vector<FlowSt> flows;
-  for (auto& fl : flows_) {
+  conns_.erase(conns_.begin() + n, conns_.end());
+  size_t m = 0;
+  for (size_t f = 0; f < flows_.size(); ++f) {
+    FlowSt& fl = flows_[f];
     if (conn_map[fl.conn] == UINT32_MAX) {
-      total_xfers_ -= fl.xs.size() - fl.head;
+      total_xfers_ -= fl.xs.size();
       continue;
     }
     fl.conn = conn_map[fl.conn];
-    flows.push_back(std::move(fl));
+    if (m != f) flows_[m] = std::move(fl);
+    ++m;
   }
-  conns_ = std::move(conns);
-  flows_ = std::move(flows);
+  flows_.erase(flows_.begin() + static_cast<long>(m), flows_.end());
   compact();
 }
 
@@ -250,7 +255,7 @@ void StreamingAnalysis::compact() {
       keep(fl.key.dst);
       keep(fl.chosen);
       for (auto& o : fl.obs) keep(o.obs);
-      for (size_t i = fl.head; i < fl.xs.size(); ++i) keep(fl.xs[i].obs);
+      for (size_t i = 0; i < fl.xs.size(); ++i) keep(fl.xs[i].obs);
     }
     for (auto& c : conns_) {
       keep(c.key.a);
@@ -268,11 +273,9 @@ void StreamingAnalysis::compact() {
     nodes_.clear();
     for (auto& [id, h] : hist_) h.has_structure = false;
   }
-  flow_idx_.clear();
-  flow_idx_.reserve(flows_.size());
+  flow_idx_.reset(flows_.size());
   for (uint32_t f = 0; f < flows_.size(); ++f) flow_idx_.insert(hash_of(flows_[f].key), f);
-  conn_idx_.clear();
-  conn_idx_.reserve(conns_.size());
+  conn_idx_.reset(conns_.size());
   for (uint32_t c = 0; c < conns_.size(); ++c) {
     conn_idx_.insert(hash_of(conns_[c].key), c);
     conns_[c].flows.clear();
@@ -287,19 +290,10 @@ void StreamingAnalysis::prune(const std::vector<uint64_t>& keep_from_conn, uint6
     uint64_t from = keep_from_conn[fl.conn];
     // Arrival order is close to time order (agents send batches as flowlets end); stop at the first
     // transfer still needed, so a late one only delays eviction of the few behind it.
-    size_t h = fl.head;
+    size_t h = 0;
     while (h < fl.xs.size() && fl.xs[h].t1 < from) ++h;
-    total_xfers_ -= h - fl.head;
-    fl.head = h;
-    // The dead prefix goes once it is as long as the live part (amortised O(1) per transfer), and a list
-    // left at over four times its size gives the rest back. A flow holds its tail's tens of transfers; kept
-    // until 64 were dead (before), and at the capacity of its largest backlog, a stopped job's flows held
-    // more for the whole window: the target run's RSS at minutes 6-11 is 14-20 MB (4-5 %) lower.
-    if (fl.head > 0 && fl.head * 2 > fl.xs.size()) {
-      fl.xs.erase(fl.xs.begin(), fl.xs.begin() + static_cast<long>(fl.head));
-      fl.head = 0;
-      if (fl.xs.capacity() > 4 * fl.xs.size() + 16) fl.xs.shrink_to_fit();
-    }
+    total_xfers_ -= h;
+    fl.xs.pop_front(h);
   }
 }
 
@@ -308,21 +302,16 @@ void StreamingAnalysis::enforce_xfer_bound() {
   std::vector<uint64_t> t1;
   t1.reserve(total_xfers_);
   for (const auto& fl : flows_)
-    for (size_t i = fl.head; i < fl.xs.size(); ++i) t1.push_back(fl.xs[i].t1);
+    for (size_t i = 0; i < fl.xs.size(); ++i) t1.push_back(fl.xs[i].t1);
   size_t target = static_cast<size_t>(kEvictTo * static_cast<double>(lim_.max_xfers));
   size_t drop = t1.size() - std::min(t1.size(), target);
   if (drop == 0) return;
   std::nth_element(t1.begin(), t1.begin() + static_cast<long>(drop - 1), t1.end());
   uint64_t cut = t1[drop - 1];
   for (auto& fl : flows_) {
-    std::vector<XRec> kept;
-    for (size_t i = fl.head; i < fl.xs.size(); ++i)
-      if (fl.xs[i].t1 > cut) kept.push_back(fl.xs[i]);
-    uint64_t gone = (fl.xs.size() - fl.head) - kept.size();
+    const uint64_t gone = fl.xs.retain_if([cut](const XRec& x) { return x.t1 > cut; });
     stats_.dropped_xfers += gone;
     total_xfers_ -= gone;
-    fl.xs = std::move(kept);
-    fl.head = 0;
   }
 }
 

@@ -27,6 +27,7 @@
 
 #include "analysis.hpp"
 #include "flat_index.hpp"
+#include "record_ring.hpp"
 #include "stages.hpp"
 
 namespace netprism::analysis {
@@ -51,6 +52,10 @@ class StreamingAnalysis {
   struct Stats {
     uint64_t events = 0;            // events added in total
     uint64_t conns = 0;             // connections tracked now
+    uint64_t flows = 0;             // flow directions tracked now (a connection has one or two)
+    uint64_t xfer_slots = 0;        // room the flows' transfer lists hold now (>= xfers; 32 B each)
+    uint64_t iterations = 0;        // iterations the jobs' histories hold now
+    uint64_t phases = 0;            // per-node phases they hold now (kMaxPhases a job; ~80 B each)
     uint64_t xfers = 0;             // transfers kept now
     uint64_t tail_xfers = 0;        // transfers re-analysed by the last pass
     uint64_t reanalysed_xfers = 0;  // transfers re-analysed in total: over events, what the tails cost
@@ -175,8 +180,7 @@ class StreamingAnalysis {
     uint32_t conn;
     bool fwd;
     std::vector<ObsStat> obs;  // usually one or two observers
-    std::vector<XRec> xs;      // arrival order; [head, size) are live
-    size_t head = 0;
+    RecordRing<XRec> xs;       // live transfers in arrival order
   };
   struct ConnSt {
     ConnKey key;

@@ -102,6 +102,15 @@ Result StreamingAnalysis::pass(uint64_t now_ns) {
   prune(keep_from, now_ns);
   enforce_xfer_bound();
   stats_.conns = conns_.size();
+  stats_.flows = flows_.size();
+  stats_.xfer_slots = 0;
+  for (const auto& fl : flows_) stats_.xfer_slots += fl.xs.capacity();
+  stats_.iterations = stats_.phases = 0;
+  for (const auto& [id, h] : hist_) {
+    stats_.iterations += h.iterations.size();
+    for (size_t i = h.phases_from; i < h.iterations.size(); ++i)
+      stats_.phases += h.iterations[i].phases.size();
+  }
   stats_.xfers = total_xfers_;
   return r;
 }
@@ -148,7 +157,7 @@ std::vector<JobSlice> StreamingAnalysis::job_slices(const Normalized& n) const {
   auto activity = [this](uint32_t c, uint64_t from, Intervals& out) {
     for (uint32_t f : conns_[c].flows) {
       const FlowSt& fl = flows_[f];
-      for (size_t i = fl.head; i < fl.xs.size(); ++i)
+      for (size_t i = 0; i < fl.xs.size(); ++i)
         if (fl.xs[i].obs == fl.chosen && fl.xs[i].t1 >= from) out.emplace_back(fl.xs[i].t0, fl.xs[i].t1);
     }
   };
@@ -349,7 +358,7 @@ void StreamingAnalysis::for_tail_xfers(const Normalized& n, const JobSlice& sl, 
       // The receiver's own records of a direction whose sender's view is chosen: its arrival times.
       uint32_t sender = node_sid(node_of_addr(fl.key.src));
       uint32_t receiver = fl.chosen == sender ? name_sid_of_addr(fl.key.dst) : UINT32_MAX;
-      for (size_t i = fl.head; i < fl.xs.size(); ++i) {
+      for (size_t i = 0; i < fl.xs.size(); ++i) {
         const XRec& x = fl.xs[i];
         if (x.t0 < h.tail_from) continue;
         if (x.obs == fl.chosen)

@@ -1,5 +1,7 @@
 #include "live_analysis.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <iterator>
 #include <chrono>
@@ -295,9 +297,19 @@ void LiveAnalysis::retain(analysis::Result r, uint64_t since) {
   next->jobs.erase(next->jobs.begin(), std::unique(next->jobs.rbegin(), next->jobs.rend(), dup).base());
   // The last pass' jobs are published (queries may hold them): a retiring one is copied, which is rare.
   for (const auto& j : retained_->jobs) {
-    if (next->find(j.id)) continue;
+    if (const auto* now = next->find(j.id)) {
+      // A job's iterations only grow, but for its last one or two, which a tail may revise: more lost at
+      // once is worth an operator's (and a developer's) look, with what the job was.
+      if (now->iterations.size() + 2 < j.iterations.size())
+        log_line(fmt::format("analysis: job {} on {} nodes went from {} to {} iterations", j.id,
+                             j.nodes.size(), j.iterations.size(), now->iterations.size()));
+      continue;
+    }
     uint64_t last_end = j.iterations.empty() ? 0 : j.iterations.back().end_ns;
     bool left_window = j.iterations.empty() ? j.state == "ended" : last_end < since;
+    log_line(fmt::format("analysis: job {} ({}, {} iterations on {} nodes, first {}) {}", j.id, j.state,
+                         j.iterations.size(), j.nodes.size(), j.nodes.empty() ? "-" : j.nodes.front(),
+                         left_window ? "left the window: retired" : "regrouped: deleted"));
     if (left_window)
       retiring_.push_back(j);
     else

@@ -1,5 +1,6 @@
 #include "query_server.hpp"
 
+#include <malloc.h>
 #include <pthread.h>
 
 #include <chrono>
@@ -61,6 +62,16 @@ std::string base64(std::string_view in) {
     out += '=';
   }
   return out;
+}
+// The allocator's view of the process (glibc mallinfo2): what the heap holds in use, what it keeps free
+// (freed but not returned: RSS that no data needs), and the large blocks mapped apart. RSS alone cannot
+// tell a growing live view from a heap that kept the peak of a transient rebuild.
+nlohmann::json heap_memory() {
+  const struct mallinfo2 m = mallinfo2();
+  constexpr double kMiB = 1024.0 * 1024.0;
+  return {{"heap_in_use_mb", static_cast<double>(m.uordblks) / kMiB},
+          {"heap_free_mb", static_cast<double>(m.fordblks) / kMiB},
+          {"mmapped_mb", static_cast<double>(m.hblkhd) / kMiB}};
 }
 }  // namespace
 
@@ -146,7 +157,14 @@ nlohmann::json QueryServer::handle(const nlohmann::json& req) {
                               {"structure_runs", w.structure_runs},
                               {"events", w.events},
                               {"reanalysed_xfers", w.reanalysed_xfers},
-                              {"last_pass_xfers", w.tail_xfers}};
+                              {"last_pass_xfers", w.tail_xfers},
+                              {"conns", w.conns},
+                              {"flows", w.flows},
+                              {"xfers", w.xfers},
+                              {"xfer_slots", w.xfer_slots},
+                              {"iterations", w.iterations},
+                              {"phases", w.phases}};
+    st["memory"] = heap_memory();
     st["connected_timeout_s"] = s_.connected_timeout_s;
     if (authenticated_)  // connections the ZAP handler refused (unknown keys), and the allowlists' sizes
       st["auth"] = {{"agent_keys", auth_->agents()},

@@ -22,7 +22,9 @@ The aggregator runs with --analysis-max-events 8000000 (NP_MAX_EVENTS): the runn
 transfers (1,250 busy nodes x ~83 records per node and iteration x 18 iterations) and the jobs that ended
 within the analysis window as many again, above the 2 M default; at 4 M, 424 k were dropped in 5 minutes
 (docs/deploy.md). NP_AGG_ARGS adds aggregator options; NP_SCALE_KEEP_LOG=FILE keeps its log;
-NP_SCALE_RSS_TRACE=FILE writes, every second, the aggregator's RSS (MB) and the live view's jobs by state.
+NP_SCALE_RSS_TRACE=FILE writes, every second, the aggregator's RSS (MB), the live view's jobs by state, the
+heap in use / free / mapped apart (MB, `status`: memory) and the connections, flows and transfers the live
+analysis holds.
 NP_ANALYSIS_NICE=N renices the aggregator's analysis thread (default: left at the daemon's own nice 10; on a
 machine other work loads, a nice-10 thread gets a sliver of a core, see bench/README.md).
 usage: live_scale.py BUILD MINUTES NODES JOBS COPIES NICS
@@ -203,8 +205,13 @@ def measure(q, agg, simp, truth_path, offline, minutes, nodes, jobs):
             next_rss = now + 1
             if trace is not None:  # NP_SCALE_RSS_TRACE: RSS beside the live view's jobs by state
                 states = collections.Counter(j.get("state", "?") for j in (doc or {}).get("jobs", []))
+                st = q({"cmd": "status"}) or {}
+                mem, work = st.get("memory", {}), st.get("analysis", {}).get("work", {})
                 trace.write(f"{now - start:.0f} {rss[-1][1]:.0f} {sum(states.values())} "
-                            + " ".join(f"{k}={v}" for k, v in sorted(states.items())) + "\n")
+                            + " ".join(f"{k}={v}" for k, v in sorted(states.items()))
+                            + f" heap={mem.get('heap_in_use_mb', 0):.0f}/{mem.get('heap_free_mb', 0):.0f}"
+                            + f"/{mem.get('mmapped_mb', 0):.0f} conns={work.get('conns')} flows={work.get('flows')}"
+                            + f" xfers={work.get('xfers')}/{work.get('xfer_slots')} its={work.get('iterations')} phases={work.get('phases')}\n")
         for j in (doc or {}).get("jobs", []):
             if counts.get(j["id"]) != j["iterations"]:
                 counts[j["id"]] = j["iterations"]

@@ -127,3 +127,21 @@ TEST(FlatIndex, HashSpreadsStructuredKeysOverSlots) {
   EXPECT_NE(hash_words(1, 2, 3), hash_words(2, 1, 3));
   EXPECT_NE(hash_words(1, 2, 3), hash_words(1, 2, 4));
 }
+
+TEST(FlatIndex, ResetEmptiesAndKeepsSlotsOfAboutTheRightSize) {
+  Table t;
+  for (uint64_t k = 0; k < 1000; ++k) t.add(k * 7919);
+  const size_t cap = t.idx.capacity();  // 2,048 slots for 1,000 records at load <= 1/2
+  t.idx.reset(900);                     // compaction forgot a tenth: the same slots, refilled in place
+  EXPECT_EQ(t.idx.size(), 0u);
+  EXPECT_EQ(t.idx.capacity(), cap);
+  EXPECT_EQ(t.find(7919), FlatIndex::npos);
+  t.keys.clear();
+  for (uint64_t k = 0; k < 900; ++k) t.add(k * 7919);
+  for (uint64_t k = 0; k < 900; ++k) ASSERT_EQ(t.find(k * 7919), k);
+  EXPECT_EQ(t.find(900 * 7919), FlatIndex::npos);
+  t.idx.reset(100);  // most forgotten: slots given back
+  EXPECT_LT(t.idx.capacity(), cap);
+  t.idx.reset(5000);  // more than the slots hold at load 1/2: grown
+  EXPECT_GE(t.idx.capacity(), 10000u);
+}
