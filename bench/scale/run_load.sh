@@ -8,6 +8,8 @@
 # With --baseline, a first run with the live analysis effectively off (--analysis-interval-ms 3600000) gives
 # the ingest-only figures of the same machine at the same time (the machines are shared and noisy).
 # NP_LOAD_AGGREGATOR=PATH runs another aggregator binary (e.g. an older build) under the same load.
+# NP_LOAD_KEEP=PREFIX keeps PREFIX.rss (RSS every second), PREFIX.log (the aggregator's log) and PREFIX.heap
+# (every second, `status`: the heap in use and free, the live analysis' transfers and their room).
 # usage: bench/scale/run_load.sh BUILD_DIR [AGENTS] [RATE] [DURATION_S] [--baseline]
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
@@ -35,7 +37,8 @@ cleanup() {
   [[ -n $sampler ]] && kill "$sampler" 2>/dev/null
   kill "$agg" 2>/dev/null
   wait "$agg" 2>/dev/null
-  [[ -n ${NP_LOAD_KEEP:-} ]] && cp "$work/rss" "$NP_LOAD_KEEP.rss" && cp "$work/agg.log" "$NP_LOAD_KEEP.log"
+  [[ -n ${NP_LOAD_KEEP:-} ]] && cp "$work/rss" "$NP_LOAD_KEEP.rss" && cp "$work/agg.log" "$NP_LOAD_KEEP.log" &&
+    cp "$work/heap" "$NP_LOAD_KEEP.heap"
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -45,6 +48,12 @@ sleep 1
   t0=$(date +%s)
   while kill -0 "$agg" 2>/dev/null; do
     echo "$(($(date +%s) - t0)) $(awk '/VmRSS/{print $2}' "/proc/$agg/status" 2>/dev/null || echo 0)"
+    if [[ -n ${NP_LOAD_KEEP:-} ]]; then  # what the heap holds, beside: in use / free, transfers / their room
+      "$build/aggregator/netprism" --insecure --aggregator "tcp://127.0.0.1:$((port + 1))" status --json 2>/dev/null |
+        grep -o '"heap_[a-z_]*":[0-9.]*\|"xfers":[0-9]*\|"xfer_slots":[0-9]*\|"phases":[0-9]*' |
+        tr '\n' ' ' >>"$work/heap" || true
+      echo >>"$work/heap"
+    fi
     sleep 1
   done >"$work/rss"
 ) &
