@@ -193,18 +193,26 @@ void StreamingAnalysis::add(const Event& e, uint64_t fh) {
 void StreamingAnalysis::expire(uint64_t now_ns) {
   if (now_ns <= lim_.window_ns) return;
   uint64_t since = now_ns - lim_.window_ns;
-  // A connection silent for the window is forgotten, unless its job (as the last pass grouped it) is young
-  // and was active within the window: a young job's whole history is re-analysed every pass, so losing its
-  // first connections would drop its first iterations from the live answer and from the record it is
-  // retired with. Sources that open a port or QP per message (SimAI's records) lose a connection after
-  // every message: the SimAI copy of a 30-minute target run retired with 2 of its 3 iterations. A young
-  // job is bounded (kTailBudgetXfers), and so is what this keeps.
+  // A connection silent for the window is forgotten, unless its job (as the last pass grouped it) was active
+  // within the window and is young or settled:
+  //  - young: its whole history is re-analysed every pass, so losing its first connections would drop its
+  //    first iterations from the live answer and from the record it is retired with. Sources that open a
+  //    port or QP per message (SimAI's records) lose a connection after every message: the SimAI copy of a
+  //    30-minute target run retired with 2 of its 3 iterations. A young job is bounded (kTailBudgetXfers),
+  //    and so is what this keeps.
+  //  - settled (hung, idle or ended at its last analysis): its connections fall silent within seconds of
+  //    each other; forgotten one by one, the job was re-analysed over the tail of those left, the stitch
+  //    failed, and it lost its history: in a 30-minute target run stopped jobs went from 47-419 iterations
+  //    to 0 and were then deleted as regrouped, and a replayed copy retired with 0 of its 11. Kept whole, it
+  //    leaves the window at once, retired with every iteration. A settled job opens no connections.
+  // A running job's connections silent for the window go (a bootstrap connection, a port per message): they
+  // hold none of its tail, and keeping them would grow with the job's age.
   auto keep = [&](const ConnSt& c) {
     if (c.last_ns >= since) return true;
     auto job = job_of_uid_.find(c.uid);
     if (job == job_of_uid_.end()) return false;
     auto h = hist_.find(job->second);
-    return h != hist_.end() && h->second.tail_from == 0 && h->second.last_ns >= since;
+    return h != hist_.end() && h->second.last_ns >= since && (h->second.tail_from == 0 || h->second.settled);
   };
   if (std::all_of(conns_.begin(), conns_.end(), [&](const ConnSt& c) { return c.last_ns >= since; })) return;
   std::vector<char> kept(conns_.size());

@@ -204,7 +204,8 @@ class StreamingAnalysis {
     uint64_t structure_ns = 0;  // when (data time) it was inferred
     bool has_structure = false;
     uint64_t first_ns = 0;
-    uint64_t last_ns = 0;  // its last transfer as of the latest pass (expire(): a young job's connections)
+    uint64_t last_ns = 0;  // its last transfer as of the latest pass (expire(): which connections stay)
+    bool settled = false;  // its last analysis found it hung, idle or ended (expire() keeps it whole)
     std::vector<std::string> nodes;
     bool seen = false;  // present in the current pass
     // The last result, reused while a large job has nothing due (see kReuseMinXfers); its iterations and

@@ -257,6 +257,7 @@ Job StreamingAnalysis::current_job(const Normalized& n, JobSlice& sl, History& h
   }
   ++stats_.analysed;
   Job j = analyse_job(n, sl, h, id);
+  h.settled = j.state != "running";
   j.nodes = std::move(names);
   for (uint32_t c : sl.conns) conns_[c].fresh = 0;
   h.last_tail = sl.xfers.size();

@@ -313,3 +313,36 @@ TEST(StreamingAnalysis, SettledJobIsRecheckedAsItsSilenceGrowsNotEveryPass) {
     EXPECT_EQ(live.jobs[0].findings[k].subject, off.jobs[0].findings[k].subject);
   }
 }
+
+// A long job (stitched: its history is past the tail) that hangs and is then left silent: its connections
+// leave the window one by one as each falls silent for it. While the job is still reported it keeps every
+// iteration it had; it is never reported with fewer (the 30-minute live_scale runs logged stopped synthetic
+// jobs going from 47-419 iterations to 0, then deleted as regrouped).
+TEST(StreamingAnalysis, HungJobKeepsItsIterationsUntilItLeavesTheWindow) {
+  synth::Spec s;
+  s.dp = 2;
+  s.pp = 2;
+  s.iters = 160;
+  s.hang_at = 150;
+  s.teardown = false;
+  Input in = arrivals_of(s);
+  StreamingAnalysis::Limits lim;
+  lim.window_ns = 120 * kSec;  // short window, same rules: connections silent this long are forgotten
+  lim.pass_budget_ns = 400'000'000ull;
+  StreamingAnalysis sa(lim);
+  const uint64_t end = in.events.back().last_ns;
+  Result r = stream(sa, in, end + kSec / 2);
+  ASSERT_EQ(r.jobs.size(), 1u);
+  const size_t its = r.jobs[0].iterations.size();
+  ASSERT_GE(its, 140u);
+  size_t reported = 0;
+  for (uint64_t t = end + kSec; t < end + lim.window_ns + 200 * kSec; t += kSec) {
+    r = sa.pass(t);
+    for (const auto& j : r.jobs) {
+      ASSERT_EQ(j.iterations.size(), its) << (t - end) / kSec << " s after the hang, state " << j.state;
+      ++reported;
+    }
+  }
+  EXPECT_GE(reported, 100u);    // reported while its connections were in the window
+  EXPECT_TRUE(r.jobs.empty());  // and then gone, at once
+}

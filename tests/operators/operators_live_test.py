@@ -42,7 +42,8 @@ CONTRACT_METRICS = ["netprism_job_step_seconds", "netprism_job_iterations_total"
 # Fields of `status` and `report` that move with the clock between two reads of the same state.
 VOLATILE = {"now_ns", "analysed_ns", "last_run_ns", "took_ms", "hours_observed", "node_hours", "node_hours_lost",
             "hang", "total", "time_lost_share", "last_seen_ns", "lag_ns", "commit_seconds_sum", "commits",
-            "last_commit_latency_ns", "messages", "heartbeats", "counters", "clock_offset_ns", "connected"}
+            "last_commit_latency_ns", "messages", "heartbeats", "counters", "clock_offset_ns", "connected",
+            "memory"}
 
 
 def strip(doc):
