@@ -92,6 +92,8 @@ class StreamingAnalysis {
   // where its transfers came from (Job::source: "counters" or "probe").
   void set_rdma_sources(bool on) { rdma_sources_ = on; }
   const Stats& stats() const { return stats_; }
+  // The daemon sets each pass' budget from the CPU its pacing has left (live_analysis.cpp).
+  void set_pass_budget(uint64_t ns) { lim_.pass_budget_ns = ns; }
 
   // A job's tail covers at least this many iterations: the timeline's robust statistics (medians, the
   // Otsu split of gaps) need a dozen periods to be stable; 16 leaves margin.
