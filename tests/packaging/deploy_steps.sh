@@ -3,12 +3,19 @@
 # its unit would start it (same ExecStart), as root; the agent only runs its --check (attaching needs a node),
 # and synthetic agents from the build ($build/tests/aggregator/np_feed) feed it a job.
 deploy_steps() {
-  local port token pid i code exec_start
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  local port iport qport token pid i code exec_start
+  # Three ports the kernel hands out as free, held at once so they differ (port + 1 and + 2, before, could be
+  # taken: after a load test's thousand connections, the suite's next run failed to bind them).
+  read -r port iport qport < <(python3 -c '
+import socket
+ss = [socket.socket() for _ in range(3)]
+for s in ss:
+    s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in ss))')
   # The packaged aggregator.toml parses (the aggregator rejects unknown keys; its sections are commented out).
   local data=/tmp/np-deploy-data
   chroot "$root" /usr/bin/netprism-aggregator --config /etc/netprism/aggregator.toml --data-dir $data \
-    --listen "tcp://127.0.0.1:$((port + 1))" --query "tcp://127.0.0.1:$((port + 2))" >"$work/agg0.log" 2>&1 &
+    --listen "tcp://127.0.0.1:$iport" --query "tcp://127.0.0.1:$qport" >"$work/agg0.log" 2>&1 &
   pid=$!
   for i in $(seq 100); do grep -q listening "$work/agg0.log" && break; sleep 0.1; done
   grep -q listening "$work/agg0.log" && echo "ok: deploy: the packaged aggregator.toml is accepted" ||
@@ -20,8 +27,8 @@ deploy_steps() {
   # insecure: the synthetic agents (np_feed) and this script's CLI speak plain TCP; the keys step (4) is
   # checked by packages_test.sh (key made on install) and the CURVE tests (auth_tests, aggregator_cli).
   cat >"$root/etc/netprism/aggregator.toml" <<TOML
-listen = "tcp://127.0.0.1:$((port + 1))"
-query = "tcp://127.0.0.1:$((port + 2))"
+listen = "tcp://127.0.0.1:$iport"
+query = "tcp://127.0.0.1:$qport"
 insecure = true
 
 [http]
@@ -45,8 +52,8 @@ TOML
   [[ $code == 401 ]] && echo "ok: deploy: the API wants the token" || fail "deploy: /api/v1/jobs without token: $code"
   # Step 8: the first diagnosis. Agents cannot attach probes in this root, so np_feed (the test suite's
   # synthetic agents, real wire protocol) plays a 4-node data-parallel job into the installed aggregator.
-  local q="tcp://127.0.0.1:$((port + 2))" job=""
-  if "$build/tests/aggregator/np_feed" --endpoint "tcp://127.0.0.1:$((port + 1))" --nodes 4 --iterations 20 \
+  local q="tcp://127.0.0.1:$qport" job=""
+  if "$build/tests/aggregator/np_feed" --endpoint "tcp://127.0.0.1:$iport" --nodes 4 --iterations 20 \
     --step-ms 200 >"$work/feed.log" 2>&1; then
     for i in $(seq 50); do
       job=$(inroot netprism --insecure --aggregator "$q" --json jobs | grep -o '"id":"[^"]*"' | head -1 | cut -d'"' -f4 ||
@@ -68,7 +75,7 @@ TOML
   rm -f "$root/etc/netprism/http.token"
   # Step 5: a configured agent passes the configuration stage (exit 0, or 2 naming an environment problem of
   # this build host, never the missing aggregator).
-  printf 'aggregator = "tcp://127.0.0.1:%s"\niface = ["lo"]\n' $((port + 1)) >"$root/etc/netprism/agent.toml"
+  printf 'aggregator = "tcp://127.0.0.1:%s"\niface = ["lo"]\n' $iport >"$root/etc/netprism/agent.toml"
   local rc=0 out
   out=$(inroot netprism-agent --check --config /etc/netprism/agent.toml 2>&1) || rc=$?
   [[ ($rc == 0 || $rc == 2) && $out != *"no aggregator configured"* ]] && echo "ok: deploy: agent --check (exit $rc)" ||
