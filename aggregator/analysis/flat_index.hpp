@@ -8,7 +8,7 @@
 // is not copied into the table: the caller's record holds it, and is compared only when the slot's tag
 // (the hash's upper 32 bits) matches, so a wrong record is practically never touched.
 //
-// Insert and clear only, no erase: the engine drops records by rebuilding its vectors (compaction) and
+// Insert and reset only, no erase: the engine drops records by rebuilding its vectors (compaction) and
 // then re-inserts every key, which keeps probing free of tombstones.
 #pragma once
 
@@ -71,16 +71,10 @@ class FlatIndex {
     place(tag_of(h), index);
     ++size_;
   }
-  // Empties the table and releases its memory (after compaction the engine may need far fewer slots).
-  void clear() {
-    slots_ = {};
-    mask_ = 0;
-    size_ = 0;
-  }
-  // Empties the table, sized for n records: compaction, every pass that forgets connections, re-inserts a
-  // known count. The slots are kept when already of about that size (up to twice it), so a steady table
-  // is refilled in place instead of freed and allocated again (the target run's flow index is tens of MB;
-  // clear() + reserve() re-made it every such pass, and the heap kept both the old and the new).
+  // Empties the table, sized for n records without growing: compaction, every pass that forgets
+  // connections, re-inserts a known count. The slots are kept when already of about that size (up to twice
+  // it), so a steady table is refilled in place instead of freed and allocated again (the target run's flow
+  // index is tens of MB; freeing and reserving it every such pass left the heap holding both).
   void reset(size_t n) {
     const size_t cap = capacity_for(n);
     if (slots_.size() < cap || slots_.size() > 2 * cap) {
@@ -90,10 +84,6 @@ class FlatIndex {
     }
     mask_ = slots_.size() - 1;
     size_ = 0;
-  }
-  // Room for n records without growing (compaction re-inserts a known count).
-  void reserve(size_t n) {
-    if (2 * n > slots_.size()) rehash(capacity_for(n));
   }
   size_t size() const { return size_; }
   size_t capacity() const { return slots_.size(); }

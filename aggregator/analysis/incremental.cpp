@@ -294,6 +294,7 @@ void StreamingAnalysis::compact() {
 }
 
 void StreamingAnalysis::prune(const std::vector<uint64_t>& keep_from_conn, uint64_t) {
+  stats_.xfer_slots = 0;  // the room left, counted on the way (Stats::xfer_slots)
   for (auto& fl : flows_) {
     uint64_t from = keep_from_conn[fl.conn];
     // Arrival order is close to time order (agents send batches as flowlets end); stop at the first
@@ -302,6 +303,7 @@ void StreamingAnalysis::prune(const std::vector<uint64_t>& keep_from_conn, uint6
     while (h < fl.xs.size() && fl.xs[h].t1 < from) ++h;
     total_xfers_ -= h;
     fl.xs.pop_front(h);
+    stats_.xfer_slots += fl.xs.capacity();
   }
 }
 
@@ -316,10 +318,12 @@ void StreamingAnalysis::enforce_xfer_bound() {
   if (drop == 0) return;
   std::nth_element(t1.begin(), t1.begin() + static_cast<long>(drop - 1), t1.end());
   uint64_t cut = t1[drop - 1];
+  stats_.xfer_slots = 0;  // counted again: the rings shrank
   for (auto& fl : flows_) {
     const uint64_t gone = fl.xs.retain_if([cut](const XRec& x) { return x.t1 > cut; });
     stats_.dropped_xfers += gone;
     total_xfers_ -= gone;
+    stats_.xfer_slots += fl.xs.capacity();
   }
 }
 

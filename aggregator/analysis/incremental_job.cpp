@@ -103,8 +103,6 @@ Result StreamingAnalysis::pass(uint64_t now_ns) {
   enforce_xfer_bound();
   stats_.conns = conns_.size();
   stats_.flows = flows_.size();
-  stats_.xfer_slots = 0;
-  for (const auto& fl : flows_) stats_.xfer_slots += fl.xs.capacity();
   stats_.iterations = stats_.phases = 0;
   for (const auto& [id, h] : hist_) {
     stats_.iterations += h.iterations.size();

@@ -75,21 +75,20 @@ TEST(FlatIndex, SameHashDifferentKeysAreToldApartByTheRecord) {
   EXPECT_EQ(idx.find(h ^ (uint64_t{1} << 63), [](uint32_t) { return true; }), FlatIndex::npos);
 }
 
-TEST(FlatIndex, ClearAndReserveThenRebuild) {
-  // As the engine's compaction does: clear, reserve the survivors' count, re-insert them renumbered.
+TEST(FlatIndex, ResetThenRebuild) {
+  // As the engine's compaction does: reset for the survivors' count, re-insert them renumbered.
   Table t;
   for (uint64_t k = 0; k < 5000; ++k) t.add(k * 977);
   std::vector<uint64_t> kept;
   for (uint64_t k : t.keys)
     if (k % 3 == 0) kept.push_back(k);
-  t.idx.clear();
+  t.idx.reset(kept.size());
   EXPECT_EQ(t.idx.size(), 0u);
   EXPECT_EQ(t.find(0), FlatIndex::npos);
   t.keys = kept;
-  t.idx.reserve(kept.size());
   size_t cap = t.idx.capacity();
   for (uint32_t i = 0; i < kept.size(); ++i) t.idx.insert(Table::h(kept[i]), i);
-  EXPECT_EQ(t.idx.capacity(), cap);  // reserve() was enough: no growth while re-inserting
+  EXPECT_EQ(t.idx.capacity(), cap);  // reset() made room: no growth while re-inserting
   for (uint32_t i = 0; i < kept.size(); ++i) {
     ASSERT_EQ(t.find(kept[i]), i);
   }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 
 #include "analysis.hpp"
@@ -28,6 +29,45 @@ std::vector<std::string> recordings() {
   return out;
 }
 
+// Jobs by their sorted node names (each renamed by `name`) -> iteration count.
+using Counts = std::map<std::vector<std::string>, size_t>;
+Counts iterations_by_nodes(
+    const Result& r,
+    const std::function<std::string(const std::string&)>& name = [](const std::string& n) { return n; }) {
+  Counts out;
+  for (const auto& j : r.jobs) {
+    std::vector<std::string> names;
+    for (const auto& n : j.nodes) names.push_back(name(n));
+    std::sort(names.begin(), names.end());
+    out[names] = j.iterations.size();
+  }
+  return out;
+}
+
+// The order the daemon receives events in: by end time (agents send a flowlet once it ended).
+void by_arrival(std::vector<FlowEvent>& events) {
+  std::stable_sort(events.begin(), events.end(),
+                   [](const FlowEvent& a, const FlowEvent& b) { return a.last_ns < b.last_ns; });
+}
+
+// The daemon's defaults: a 600 s window, at least 400 ms of CPU a pass.
+StreamingAnalysis::Limits daemon_limits() {
+  StreamingAnalysis::Limits lim;
+  lim.pass_budget_ns = 400'000'000ull;
+  return lim;
+}
+
+// Empty when the offline job (nodes, its iterations) is reported live as it should be: with exactly its
+// iterations, or absent once it may have left the window; otherwise what was wrong.
+std::string mismatch(const Counts& live, const std::vector<std::string>& nodes, size_t its,
+                     bool may_be_gone) {
+  auto it = live.find(nodes);
+  if (it == live.end() ? may_be_gone : it->second == its) return "";
+  return "job on " + std::to_string(nodes.size()) + " nodes (" + nodes.front() + "...) offline " +
+         std::to_string(its) + " iterations, live " +
+         (it == live.end() ? "absent" : std::to_string(it->second));
+}
+
 class ReplayWindow : public ::testing::TestWithParam<std::string> {};
 
 }  // namespace
@@ -37,12 +77,9 @@ TEST_P(ReplayWindow, EveryPassAfterTheDataMatchesOffline) {
   std::string err;
   auto in = load_csv(dir + "/flows.csv.gz", dir + "/topology.txt", err);
   ASSERT_TRUE(in) << err;
-  std::stable_sort(in->events.begin(), in->events.end(),
-                   [](const FlowEvent& a, const FlowEvent& b) { return a.last_ns < b.last_ns; });
-  std::map<std::vector<std::string>, size_t> offline;
-  for (const auto& j : analyze(*in).jobs) offline[j.nodes] = j.iterations.size();
-  StreamingAnalysis::Limits lim;  // the daemon's defaults: a 600 s window, 400 ms of CPU a pass
-  lim.pass_budget_ns = 400'000'000ull;
+  by_arrival(in->events);
+  const Counts offline = iterations_by_nodes(analyze(*in));
+  const StreamingAnalysis::Limits lim = daemon_limits();
   StreamingAnalysis sa(lim);
   sa.set_addr_nodes(in->addr_node);
   const uint64_t end = in->events.back().last_ns;
@@ -52,18 +89,12 @@ TEST_P(ReplayWindow, EveryPassAfterTheDataMatchesOffline) {
     while (i < in->events.size() && in->events[i].last_ns <= t) add_event(sa, in->events[i++]);
     Result r = sa.pass(t);
     if (t < end + 2 * kSec) continue;  // the last records in: from here on the answer is final
-    std::map<std::vector<std::string>, size_t> live;
-    for (const auto& j : r.jobs) live[j.nodes] = j.iterations.size();
+    const Counts live = iterations_by_nodes(r);
     // Until the window has passed the job is reported; then it may be gone, never reported with less.
     const bool may_be_gone = t + 30 * kSec >= end + lim.window_ns;  // its own last transfer may be earlier
     for (const auto& [nodes, its] : offline)
-      if (live.count(nodes) ? live[nodes] != its : !may_be_gone) {
-        if (bad++ < 3)
-          ADD_FAILURE() << GetParam() << " at " << (t - end) / kSec << " s after the data: job on "
-                        << nodes.size() << " nodes (" << nodes.front() << "...) offline " << its
-                        << " iterations, live "
-                        << (live.count(nodes) ? std::to_string(live[nodes]) : std::string("absent"));
-      }
+      if (auto why = mismatch(live, nodes, its, may_be_gone); !why.empty() && bad++ < 3)
+        ADD_FAILURE() << GetParam() << " at " << (t - end) / kSec << " s after the data: " << why;
   }
 }
 
@@ -76,7 +107,7 @@ INSTANTIATE_TEST_SUITE_P(Samples, ReplayWindow, ::testing::ValuesIn(recordings()
 TEST(ReplayWindow, AllRecordingsTogetherStayExact) {
   struct Copy {
     std::string name;
-    std::map<std::vector<std::string>, size_t> offline;  // renamed nodes -> iterations
+    Counts offline;  // renamed nodes -> iterations
     uint64_t end = 0;
   };
   Input all;
@@ -114,19 +145,12 @@ TEST(ReplayWindow, AllRecordingsTogetherStayExact) {
         cp.end = std::max(cp.end, e.last_ns);
         all.events.push_back(std::move(e));
       }
-      for (const auto& j : off.jobs) {
-        std::vector<std::string> names;
-        for (const auto& n : j.nodes) names.push_back(node(n));
-        std::sort(names.begin(), names.end());
-        cp.offline[names] = j.iterations.size();
-      }
+      cp.offline = iterations_by_nodes(off, node);
       copies.push_back(std::move(cp));
     }
   }
-  std::stable_sort(all.events.begin(), all.events.end(),
-                   [](const FlowEvent& a, const FlowEvent& b) { return a.last_ns < b.last_ns; });
-  StreamingAnalysis::Limits lim;
-  lim.pass_budget_ns = 400'000'000ull;
+  by_arrival(all.events);
+  const StreamingAnalysis::Limits lim = daemon_limits();
   StreamingAnalysis sa(lim);
   sa.set_addr_nodes(all.addr_node);
   size_t i = 0, bad = 0, checked = 0;
@@ -135,21 +159,15 @@ TEST(ReplayWindow, AllRecordingsTogetherStayExact) {
   for (uint64_t t = all.events.front().last_ns + kSec; t < last + lim.window_ns + 60 * kSec; t += kSec) {
     while (i < all.events.size() && all.events[i].last_ns <= t) add_event(sa, all.events[i++]);
     Result r = sa.pass(t);
-    std::map<std::vector<std::string>, size_t> live;
-    for (const auto& j : r.jobs) {
-      auto names = j.nodes;
-      std::sort(names.begin(), names.end());
-      live[names] = j.iterations.size();
-    }
+    const Counts live = iterations_by_nodes(r);
     for (const auto& cp : copies) {
       if (t < cp.end + 2 * kSec) continue;
       const bool may_be_gone = t + 30 * kSec >= cp.end + lim.window_ns;
-      for (const auto& [nodes, its] : cp.offline)
-        if (++checked; live.count(nodes) ? live[nodes] != its : !may_be_gone)
-          if (bad++ < 10)
-            ADD_FAILURE() << cp.name << " at " << (t - cp.end) / kSec << " s after its data: job on "
-                          << nodes.size() << " nodes offline " << its << " iterations, live "
-                          << (live.count(nodes) ? std::to_string(live[nodes]) : std::string("absent"));
+      for (const auto& [nodes, its] : cp.offline) {
+        ++checked;
+        if (auto why = mismatch(live, nodes, its, may_be_gone); !why.empty() && bad++ < 10)
+          ADD_FAILURE() << cp.name << " at " << (t - cp.end) / kSec << " s after its data: " << why;
+      }
     }
   }
   EXPECT_EQ(bad, 0u);
