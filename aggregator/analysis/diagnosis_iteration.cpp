@@ -35,6 +35,36 @@ constexpr double kSlowIterMinExcess = 0.5;
 // diagnosis_test.cpp) accounts for 100 %.
 constexpr double kLocalShare = 0.5;
 
+// An iteration carrying at least 1.5x the job's median volume per iteration holds more than one iteration's
+// traffic: a boundary was missed (two iterations read as one take twice the time and carry twice the bytes),
+// not a slow iteration. What a fault stretches keeps its volume: a stalled rank or a slow link moves the same
+// gradients and activations later (retransmissions add a few percent). 1.5 is halfway between one
+// iteration's volume and two. Seen at a 1:5 sFlow source's 1 s resolution: 9.0 s of a 4.5 s step, carrying
+// two iterations' bytes, with the next boundary three iterations on read 1 s early.
+constexpr double kMergedVolume = 1.5;
+
+// Per iteration: the bytes of the job's transfers in it, a transfer's bytes split by the share of its span
+// inside (a record spanning a boundary, as a flow exporter's 1 s record does, counts on both sides).
+std::vector<double> iteration_volume(const JobSlice& job, const std::vector<Iteration>& its) {
+  std::vector<double> vol(its.size(), 0);
+  size_t first = 0;  // transfers come sorted by t0: iterations ended before one's start end before the next's
+  for (const Xfer& x : job.xfers) {
+    while (first < its.size() && its[first].start_ns + its[first].duration_ns <= x.t0) ++first;
+    for (size_t i = first; i < its.size() && its[i].start_ns <= std::max(x.t0, x.t1); ++i) {
+      uint64_t from = its[i].start_ns, to = from + its[i].duration_ns;
+      if (x.t1 <= x.t0) {  // a point in time (a packet sample, a one-packet message)
+        if (x.t0 >= from) vol[i] += static_cast<double>(x.bytes);
+        continue;
+      }
+      uint64_t a = std::max(x.t0, from), b = std::min(x.t1, to);
+      if (b > a)
+        vol[i] +=
+            static_cast<double>(x.bytes) * static_cast<double>(b - a) / static_cast<double>(x.t1 - x.t0);
+    }
+  }
+  return vol;
+}
+
 // Per direction (src << 32 | dst) and iteration: the time its transfers were in flight (union of their
 // spans), in the view its timing is read from (the receiver's where seen, as for slow_link).
 using Key = uint64_t;
@@ -132,10 +162,19 @@ void slow_iteration_findings(const Normalized& n, const JobSlice& job, const Str
       if (k < iters && med - static_cast<double>(its[k].duration_ns) >= kLocalShare * excess) return true;
     return false;
   };
+  std::vector<double> vol;  // per iteration, computed once an iteration is long (most passes have none)
+  double med_vol = 0;
+  auto merged = [&](size_t i) {
+    if (vol.empty()) {
+      vol = iteration_volume(job, its);
+      med_vol = median(std::vector<double>(vol.begin() + static_cast<std::ptrdiff_t>(kWarmup), vol.end()));
+    }
+    return med_vol > 0 && vol[i] >= kMergedVolume * med_vol;
+  };
   int run = 0;
   for (size_t i = kWarmup; i < iters; ++i) {
     double dur = static_cast<double>(its[i].duration_ns);
-    if (dur <= thr || compensated(i, dur - med)) continue;
+    if (dur <= thr || compensated(i, dur - med) || merged(i)) continue;
     auto [link_extra, lk] = local_growth(links, i);
     auto [late_extra, mk] = local_growth(late, i);
     double excess = dur - med;

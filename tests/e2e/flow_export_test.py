@@ -394,7 +394,9 @@ def verify(a, work, run_dir, live=None, drops=None):
         failures += check_jobs(name, [sorted(j["nodes"]) for j in doc["jobs"]], want)
         job = next((j for j in doc["jobs"] if sorted(j["nodes"]) == want), {})
         if (a.strict_structure or fmt == "csv") and not exact(s, fmt == "sflow"):
-            failures.append(f"{name}: score.py finds the job's parallelism wrong: {job.get('parallelism')}")
+            sj = (s.get("jobs") or [{}])[0]
+            failures.append(f"{name}: score.py finds the job wrong: mismatches {sj.get('mismatches')}, false "
+                            f"findings {sj.get('false_positives')}, parallelism {job.get('parallelism')}")
         rows.append((name, s, job))
         if fmt != "csv":
             lost = (drops or {}).get("softflowd" if name.startswith("softflowd") else "pmacct")
