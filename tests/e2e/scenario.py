@@ -106,8 +106,9 @@ SCENARIOS = {
 }
 
 # Live mode costs more CPU (an agent per node, the aggregator, CLI polling): the shapes and every fault.
-# The 2x host links (issue 22) live too, in the campaign: 9 of 10 named within 5 iterations (docs/analysis.md,
-# "Slow host link"); the strict timeline bounds failed 2 of those 10 at host load 10-12 (median error 1.5-1.8 %).
+# The 2x host links (issue 22) live too, in the campaign: 9 of 10 named within 5 iterations on 2026-11-27, but the
+# DP4 ring's only 7 of 11 on 2026-11-29 (docs/analysis.md, "Slow host link": at the identifiability limit on
+# veths, open); the strict timeline bounds failed 2 of those 10 at host load 10-12 (median error 1.5-1.8 %).
 LIVE = ["dp2pp2tp2_1f1b", "two_jobs", "straggler", "slowlink", "hang", "pause", "mpi_dp4_allreduce", "mpi_straggler",
         "slowlink_2x", "slowlink_2x_dp4"]
 
