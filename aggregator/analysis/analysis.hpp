@@ -28,7 +28,10 @@ struct EventFields {
   bool from_counters = false;  // made from RDMA port counters + QP table (counters_source.cpp), not observed
   int8_t dir = -1;             // enum np_direction, or -1 when unknown (CSV)
   uint16_t tcp_flags = 0;      // OR of flags seen (FIN 0x01, SYN 0x02, RST 0x04)
-  uint32_t sampled_1_in = 0;   // one 1:N packet sample (sFlow): N; 0 when every packet was seen
+  // Made from RDMA port counters: the sampling interval of the series it came from (ms; 0 otherwise). A
+  // transfer shorter than two of them carries no rate (see counters_source.cpp). In padding: no growth.
+  uint16_t counters_interval_ms = 0;
+  uint32_t sampled_1_in = 0;  // one 1:N packet sample (sFlow): N; 0 when every packet was seen
   uint64_t first_ns = 0;
   uint64_t last_ns = 0;
   uint64_t bytes = 0;
@@ -36,6 +39,9 @@ struct EventFields {
   uint64_t packets = 0;
   bool operator==(const EventFields&) const = default;
 };
+
+// Events are queued by the thousand in the live engine: the counters' interval took padding, not room.
+static_assert(sizeof(EventFields) == 64);
 
 // One flowlet (agent) or one transfer row (CSV import), as observed.
 struct FlowEvent : EventFields {

@@ -19,6 +19,7 @@
 
 #include "counters.hpp"
 #include "netprism/flowlet.h"
+#include "stats.hpp"
 
 namespace netprism::analysis {
 namespace {
@@ -99,6 +100,23 @@ void place_port(const std::vector<Interval>& iv, Series& out) {
 struct NodeSeries {
   Series xmit, rcv;
 };
+
+// Each node's sampling interval: its agent ships one burst per active interval, so the median burst length
+// (ms, rounded up). A transfer made from the series carries it (EventFields::counters_interval_ms): one
+// shorter than two intervals has no rate of its own. A run of one interval is given that whole interval (its
+// peak rate is its own bytes over it), so its "rate" is its volume over the interval; from two intervals
+// on, a full one sets the run's peak, the rate at which it ran (see place_port). OpenMPI DP4's 4-6 ms
+// exchanges, read as rates, put the pairs carrying half the bytes at 0.5x the others: a false slow_link.
+std::map<std::string, uint16_t> sampling_intervals_ms(const std::vector<NodePortBurst>& bursts) {
+  std::map<std::string, std::vector<double>> lengths;
+  for (const auto& nb : bursts)
+    if (nb.burst.last_ns > nb.burst.first_ns)
+      lengths[nb.node].push_back(static_cast<double>(nb.burst.last_ns - nb.burst.first_ns));
+  std::map<std::string, uint16_t> out;
+  for (auto& [node, v] : lengths)
+    out[node] = static_cast<uint16_t>(std::clamp(std::ceil(median(std::move(v)) / 1e6), 1.0, 65535.0));
+  return out;
+}
 
 std::map<std::string, NodeSeries> node_series(const std::vector<NodePortBurst>& bursts) {
   std::map<std::tuple<std::string, std::string, uint32_t>,
@@ -469,6 +487,11 @@ std::vector<FlowEvent> counter_events(const Input& in) {
   std::vector<FlowEvent> out;
   if (in.rdma_bursts.empty()) return out;
   std::map<std::string, NodeSeries> series = node_series(in.rdma_bursts);
+  const auto interval_ms = sampling_intervals_ms(in.rdma_bursts);
+  auto interval_of = [&](const std::string& node) -> uint16_t {
+    auto it = interval_ms.find(node);
+    return it == interval_ms.end() ? 0 : it->second;
+  };
   QpPairing pairing = pair_qps(in.qps, in.addr_node, in.qp_read_ns);
   resolve_ambiguous(pairing, series);
   // Node pairs whose RDMA traffic the probe saw itself, and each node's address (the first one its HELLO or
@@ -507,6 +530,7 @@ std::vector<FlowEvent> counter_events(const Input& in) {
       e.proto = NP_PROTO_ROCE;
       e.dir = NP_DIR_EGRESS;
       e.from_counters = true;
+      e.counters_interval_ms = std::max(interval_of(src), interval_of(dst));
       e.first_ns = b0 * kBinNs;
       e.last_ns = (b1 + 1) * kBinNs;
       e.bytes = e.payload_bytes = static_cast<uint64_t>(std::llround(bytes));

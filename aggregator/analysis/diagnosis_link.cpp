@@ -4,219 +4,20 @@
 // Per iteration, each direction's median transfer rate is compared with the median of the same role's
 // directions between other node pairs in that iteration. Comparing within the iteration cancels what moves
 // every link alike (a checkpoint pause, a job-wide stretch, host load that slows every rank); a degraded
-// NIC or cable slows its own directions only, and does so in every iteration from its onset on.
+// NIC or cable slows its own directions only, and does so in every iteration from its onset on. The rates,
+// references and thresholds are measured in link_rates.cpp; this file decides the findings.
 #include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <map>
-#include <numbers>
 #include <set>
-#include <unordered_map>
-#include <unordered_set>
 
 #include "debug_log.hpp"
 #include "diagnosis_steps.hpp"
+#include "link_rates.hpp"
 
 namespace netprism::analysis::diagnosis_steps {
 namespace {
-
-// An iteration is degraded for a direction when its rate is below 0.7 of its comparable links' median and
-// further below it than the job's own rate noise allows: exp(-3 sigma), sigma the robust
-// iteration-to-iteration spread of the job's log rate ratios (kMadToSigma x MAD of consecutive differences /
-// sqrt 2; a lasting fault moves a direction's ratio once, at its onset, so it barely widens sigma, while a
-// host whose transfers are paced by its CPU rather than its links scatters them in every iteration). A slow
-// link is degraded in kLinkPersist = 4 consecutive measured iterations, and is reported after the 4th (the
-// detection delay). Measured over the alarms campaign's 44 fresh testbed runs and the 18 kept samples
-// (tests/e2e/alarms.py; docs/analysis.md, "Diagnosis"), as the weakest ratio of the consecutive iterations a
-// finding needs:
-// - healthy and benign runs, 3 iterations: z = -3.02 at worst (ratio 0.50, sigma 0.23: the unshaped veths of
-//   the OpenMPI DP4 sample, whose rates follow the CPU); 4 iterations: -2.19 at worst.
-// - a host link at half its peers' line rate, 4 iterations: z = -3.9 to -4.6 where the only comparable links
-//   are one other pair (DP2 x PP2), -6.3 to -12 elsewhere (ratios 0.46-0.56, sigma 0.06-0.16).
-// 3 sigma over 4 iterations lies between the two (1.37x beyond the worst healthy case, 1.29x short of the
-// weakest 2x link); over 3 iterations no z separates them with margin. The 0.7 floor keeps a steady job's
-// small sigma (0.03-0.08 on links running at line rate) from turning a 20 % wobble into a fault. So a 2x slow
-// link is found where sigma < ln 2 / 3 = 0.23; on CPU-paced hosts only links slower than exp(-3 sigma).
-// That spread over time missed a host starved of CPU for several iterations (OpenMPI DP4 beside CPU burners:
-// a direction or node at 0.22-0.51 of its comparable links against thresholds 0.53-0.63; false slow_links in
-// 2 of one campaign batch's 44 runs, 3 of 10 fresh runs of that shape). So sigma is the larger of it and the
-// comparison noise, the spread of the direction's own comparable links (comparison_noise()): 0.04-0.08 at a
-// line rate (thresholds unchanged), 0.41-1.06 where the hosts' CPUs pace them (docs/analysis.md has it).
-constexpr double kSlowLinkRatio = 0.7;
-constexpr double kLinkZ = 3.0;
-constexpr size_t kLinkPersist = 4;
-// Transfers of at least 64 KiB carry a rate; smaller ones are dominated by latency, not rate.
-constexpr uint64_t kRateMinBytes = 64 * 1024;
-// Comparable links needed to measure their spread. Of two or three, the MAD rests on one or two deviations
-// and one slow link among them is half of them: on the fabric campaign's DP4 rings (3 comparable links per
-// direction) a 6 % gap between two healthy links at line rate read as noise 0.17 (threshold 0.60), and with
-// a leaf's uplinks at half rate (ratios 0.55-0.62) the fabric finding was lost in 4 of 5 fresh runs. Four or
-// more: one slow link among them does not move the MAD (the CPU-paced OpenMPI DP4: 6 per direction, 4 per
-// node). Below it the spread over time alone sets sigma, as before.
-constexpr size_t kNoiseMinPeers = 4;
-// Roles with more directions than this compare with the role's median over all of them (excluding one pair
-// moves the median of so many by at most one rank) to stay linear in the job's size.
-constexpr size_t kExactPeers = 16;
-
-// Each direction's transfers in the view its rate is read from. A direction's rate is read from the
-// receiver's view where its agent saw the data arrive: on a shaped or congested link the sender's data
-// leaves as fast as its congestion window allows and queues on the way, so its departures come in quick
-// bursts while the arrivals trickle in at the link's rate. Without arrivals (CSV imports, a receiver
-// without an agent) the sender's view is all there is. In time order per direction (each view's list is).
-uint64_t direction_key(const Xfer& x) {
-  return uint64_t{x.src} << 32 | x.dst;
-}
-std::vector<const Xfer*> rated_transfers(const JobSlice& job) {
-  std::unordered_set<uint64_t> arriving;
-  for (const Xfer& x : job.arrivals) arriving.insert(direction_key(x));
-  std::vector<const Xfer*> rated;
-  for (const auto* list : {&job.arrivals, &job.xfers})
-    for (const Xfer& x : *list)
-      if ((list == &job.arrivals) == (arriving.count(direction_key(x)) > 0) && x.bytes >= kRateMinBytes &&
-          x.t1 > x.t0)
-        rated.push_back(&x);
-  return rated;
-}
-
-double rate(const Xfer& x) {
-  return static_cast<double>(x.bytes) / static_cast<double>(x.t1 - x.t0);
-}
-
-// The iteration a time falls in; -1 outside the timeline.
-int iteration_of(const Timeline& t, uint64_t ns, size_t iters) {
-  auto it = std::upper_bound(t.boundaries.begin(), t.boundaries.end(), ns);
-  if (it == t.boundaries.begin()) return -1;
-  size_t i = static_cast<size_t>(it - t.boundaries.begin()) - 1;
-  return i < iters ? static_cast<int>(i) : -1;
-}
-
-// One direction: its role, its transfers and its median rate per iteration (0: none measured), and per
-// iteration the median of the comparable directions (0: fewer than two).
-struct Direction {
-  uint32_t src = 0, dst = 0;
-  EdgeRole role = EdgeRole::dp;
-  std::vector<const Xfer*> own;
-  std::vector<double> rate, ref;
-  std::vector<double> noise;          // per iteration: comparison_noise() of its reference's rates
-  double threshold = kSlowLinkRatio;  // min(kSlowLinkRatio, exp(-kLinkZ sigma))
-  double sigma = 0;                   // max(temporal, cross)
-  double temporal = 0;                // its role's iteration-to-iteration spread of log ratios
-  double cross = 0;                   // the median of `noise` over its measured iterations
-};
-
-// The noise of comparing one link's rate with the median of n comparable links' rates: how far the
-// comparable links themselves sit from one another (the robust sigma of their log rates), widened by the
-// uncertainty of their median (its variance is about pi / (2n) of theirs). A link at half of a reference
-// that spreads over a factor of 2-6 is no slower than its comparable links are from one another (values
-// measured: the header comment). 0 for fewer than kNoiseMinPeers.
-double comparison_noise(const std::vector<double>& rates) {
-  if (rates.size() < kNoiseMinPeers) return 0;
-  std::vector<double> logs;
-  logs.reserve(rates.size());
-  for (double r : rates) logs.push_back(std::log(r));
-  return small_sample_sigma(logs) * std::sqrt(1 + std::numbers::pi / (2 * static_cast<double>(rates.size())));
-}
-
-// Rates gathered through a hash index (a tree lookup per transfer costs a log factor on large jobs), then
-// ordered by node pair so findings come out in a fixed order. Rates are one list sorted by direction and
-// iteration (a vector for each cost 800,000 allocations, 66 MB, in a pass of the 1,000-agent load test).
-std::vector<Direction> directions(const std::vector<const Xfer*>& rated, const Structure& s,
-                                  const Timeline& t, size_t iters) {
-  std::unordered_map<uint64_t, size_t> index;
-  std::vector<Direction> dirs;
-  std::vector<std::tuple<uint32_t, uint32_t, double>> samples;  // (direction, iteration, rate): 16 B
-  samples.reserve(rated.size());
-  for (const Xfer* x : rated) {
-    auto [it, fresh] = index.emplace(direction_key(*x), dirs.size());
-    if (fresh) {
-      Direction& d = dirs.emplace_back();
-      std::tie(d.src, d.dst) = std::pair(x->src, x->dst);
-      d.role = s.stage_of[x->src] == s.stage_of[x->dst] ? EdgeRole::dp : EdgeRole::pp;
-      d.ref = d.noise = d.rate = std::vector<double>(iters);  // 0: not measured
-    }
-    dirs[it->second].own.push_back(x);
-    if (int i = iteration_of(t, x->t0, iters); i >= 0)
-      samples.emplace_back(uint32_t(it->second), uint32_t(i), rate(*x));
-  }
-  std::sort(samples.begin(), samples.end());
-  std::vector<double> run;
-  for (size_t a = 0, b = 0; a < samples.size(); a = b) {
-    auto [dir, iter, unused] = samples[a];
-    for (run.clear(), b = a;
-         b < samples.size() && std::get<0>(samples[b]) == dir && std::get<1>(samples[b]) == iter; ++b)
-      run.push_back(std::get<2>(samples[b]));
-    dirs[dir].rate[iter] = median(run);
-  }
-  std::sort(dirs.begin(), dirs.end(), [](const Direction& a, const Direction& b) {
-    return std::tie(a.src, a.dst) < std::tie(b.src, b.dst);
-  });
-  return dirs;
-}
-
-// Per direction and iteration: the median rate of the same role's directions between other node pairs.
-void reference_rates(std::vector<Direction>& dirs, size_t iters) {
-  std::map<EdgeRole, std::vector<size_t>> by_role;
-  for (size_t k = 0; k < dirs.size(); ++k) by_role[dirs[k].role].push_back(k);
-  for (auto& [role, members] : by_role) {
-    for (size_t i = 0; i < iters; ++i) {
-      std::vector<double> all;
-      for (size_t k : members)
-        if (dirs[k].rate[i] > 0) all.push_back(dirs[k].rate[i]);
-      if (members.size() > kExactPeers) {
-        double role_median = all.size() > 2 ? median(all) : 0;
-        double role_noise = role_median > 0 ? comparison_noise(all) : 0;
-        for (size_t k : members)
-          std::tie(dirs[k].ref[i], dirs[k].noise[i]) = std::pair(role_median, role_noise);
-        continue;
-      }
-      for (size_t k : members) {
-        std::vector<double> others;
-        for (size_t o : members) {
-          bool same_pair = (dirs[o].src == dirs[k].src && dirs[o].dst == dirs[k].dst) ||
-                           (dirs[o].src == dirs[k].dst && dirs[o].dst == dirs[k].src);
-          if (!same_pair && dirs[o].rate[i] > 0) others.push_back(dirs[o].rate[i]);
-        }
-        if (others.size() < 2) continue;
-        dirs[k].ref[i] = median(others);
-        dirs[k].noise[i] = comparison_noise(others);
-      }
-    }
-  }
-}
-
-// The median of a direction's (or node's) per-iteration comparison noise over the iterations it is measured
-// in (its rate or ratio > 0, from kWarmup on).
-double cross_noise(const std::vector<double>& noise, const std::vector<double>& measured, size_t iters) {
-  std::vector<double> v;
-  for (size_t i = kWarmup; i < iters; ++i)
-    if (measured[i] > 0 && noise[i] > 0) v.push_back(noise[i]);
-  return median(std::move(v));
-}
-
-// Per role: sigma of the iteration-to-iteration changes of its directions' log ratios (from kWarmup on);
-// per direction, the larger of it and the direction's comparison noise, and the threshold it sets.
-void thresholds(std::vector<Direction>& dirs, size_t iters) {
-  std::map<EdgeRole, std::vector<double>> diffs;
-  for (const Direction& d : dirs) {
-    double prev = std::nan("");
-    for (size_t i = kWarmup; i < iters; ++i) {
-      if (d.rate[i] <= 0 || d.ref[i] <= 0) continue;
-      double l = std::log(d.rate[i] / d.ref[i]);
-      if (!std::isnan(prev)) diffs[d.role].push_back(std::fabs(l - prev));
-      prev = l;
-    }
-  }
-  // Once per role: the median sorts all of the role's changes (directions x iterations; per direction it
-  // took most of a 1,000-node job's 15 s pass).
-  std::map<EdgeRole, double> sigma;
-  for (const auto& [role, v] : diffs) sigma[role] = kMadToSigma * median(v) / std::sqrt(2.0);
-  for (Direction& d : dirs) {
-    d.temporal = sigma[d.role];
-    d.cross = cross_noise(d.noise, d.rate, iters);
-    d.sigma = std::max(d.temporal, d.cross);
-    d.threshold = std::min(kSlowLinkRatio, std::exp(-kLinkZ * d.sigma));
-  }
-}
 
 // The first run of kLinkPersist consecutive measured iterations (from kWarmup on) below the threshold, and
 // the per-iteration ratios from its start; onset -1 when there is none.
@@ -230,6 +31,9 @@ Run degraded_run(const Direction& d, size_t iters) {
   for (size_t i = kWarmup; i < iters; ++i) {
     if (d.rate[i] <= 0 || d.ref[i] <= 0) continue;  // not measured: neither breaks nor extends a run
     double ratio = d.rate[i] / d.ref[i];
+    // Only a lower bound (link_rates.hpp, Direction::bound): below the threshold it says nothing, above it
+    // the direction was fast.
+    if (d.bound[i] && ratio < d.threshold) continue;
     if (r.onset < 0) {
       run = ratio < d.threshold ? run + 1 : 0;
       if (run == 1) r.ratios.clear();
@@ -282,7 +86,7 @@ Finding link_finding(const Normalized& n, const Direction& d, const Run& r, cons
   double ref_i = d.ref[onset];
   uint64_t start = 0;  // the onset iteration's first transfer below the threshold
   for (const Xfer* x : d.own)
-    if (iteration_of(t, x->t0, iters) == r.onset && rate(*x) < d.threshold * ref_i) {
+    if (iteration_of(t, x->t0, iters) == r.onset && transfer_rate(*x) < d.threshold * ref_i) {
       start = x->t0;
       break;
     }
@@ -310,17 +114,6 @@ Finding link_finding(const Normalized& n, const Direction& d, const Run& r, cons
   f.whatif_step_time_ms =
       whatif_step(from_onset, median(refs), median(spacings(bounds)), iters - onset) / 1e6;
   return f;
-}
-
-// Every rated direction with its rates, references and threshold; iters clamped to the timeline.
-std::vector<Direction> measured_directions(const JobSlice& job, const Structure& s, const Timeline& t,
-                                           size_t& iters) {
-  iters = std::min(iters, t.boundaries.size() > 0 ? t.boundaries.size() - 1 : 0);
-  if (iters <= kWarmup) return {};
-  std::vector<Direction> dirs = directions(rated_transfers(job), s, t, iters);
-  reference_rates(dirs, iters);
-  thresholds(dirs, iters);
-  return dirs;
 }
 
 // A node's host link (its NIC and cable) slows every direction through the node, in and out, whichever
@@ -397,6 +190,7 @@ void node_iteration(const std::vector<Direction>& dirs, const std::map<EdgeRole,
   for (size_t m = 0; m < nl.dirs.size(); ++m) {
     const Direction& d = dirs[nl.dirs[m]];
     if (d.rate[i] <= 0) continue;  // idle in this iteration: no evidence either way
+    if (d.bound[i]) return;        // a lower bound: the node's highest ratio is not known
     const RoleRates& rr = rates.at(d.role);
     const std::vector<double>& all = rr.sorted[i];
     const std::vector<double>& mine = own[d.role];
@@ -445,6 +239,7 @@ Direction as_direction(const NodeLink& nl, double temporal) {
   Direction d;
   d.rate = nl.ratio;
   d.ref.assign(nl.ratio.size(), 1.0);
+  d.bound.assign(nl.ratio.size(), 0);
   d.temporal = temporal;
   d.cross = nl.cross;
   d.sigma = std::max(temporal, nl.cross);
@@ -546,7 +341,7 @@ void node_link_findings(const Normalized& n, const std::vector<Direction>& dirs,
 void slow_link_findings(const Normalized& n, const JobSlice& job, const Structure& s, const Timeline& t,
                         size_t iters, std::vector<Finding>& out) {
   std::vector<Finding> links;
-  std::vector<Direction> dirs = measured_directions(job, s, t, iters);
+  std::vector<Direction> dirs = measured_directions(n, job, s, t, iters);
   for (const Direction& d : dirs) {
     Run r = degraded_run(d, iters);
     if (r.onset >= 0) links.push_back(link_finding(n, d, r, t, iters));
@@ -563,7 +358,7 @@ std::vector<DirectionState> direction_states(const Normalized& n, const JobSlice
                                              const Timeline& t, size_t iters) {
   using namespace diagnosis_steps;
   std::vector<DirectionState> out;
-  std::vector<Direction> dirs = measured_directions(job, s, t, iters);
+  std::vector<Direction> dirs = measured_directions(n, job, s, t, iters);
   // A direction through a node whose link is degraded is slow from the node's onset on (every direction
   // through the node is then): its own comparison can start later, its reference holding the node's other
   // slow direction (node_link_findings). A leaf's uplinks at half rate: a tenant's directions through the

@@ -172,6 +172,7 @@ void StreamingAnalysis::add(const Event& e, uint64_t fh) {
   c.last_ns = std::max(c.last_ns, e.last_ns);
   if (e.tcp_flags & (kFin | kRst)) c.closed = true;
   if (e.from_counters) c.from_counters = true;
+  c.counters_interval_ms = std::max(c.counters_interval_ms, e.counters_interval_ms);
   c.sampled_1_in = std::max(c.sampled_1_in, e.sampled_1_in);
   uint64_t bytes = data_bytes_of(e);
   if (bytes == 0) return;

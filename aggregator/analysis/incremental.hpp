@@ -189,9 +189,10 @@ class StreamingAnalysis {
     uint64_t uid;  // never reused: names the connection across compactions (structure cache keys)
     uint64_t first_ns = UINT64_MAX, last_ns = 0;
     bool closed = false;
-    bool from_counters = false;  // made from RDMA port counters (Conn::from_counters)
-    uint32_t sampled_1_in = 0;   // Conn::sampled_1_in
-    uint64_t fresh = 0;          // transfers stored since its job was last analysed
+    bool from_counters = false;         // made from RDMA port counters (Conn::from_counters)
+    uint16_t counters_interval_ms = 0;  // Conn::counters_interval_ms
+    uint32_t sampled_1_in = 0;          // Conn::sampled_1_in
+    uint64_t fresh = 0;                 // transfers stored since its job was last analysed
     std::string label;
     std::vector<uint32_t> flows;
   };

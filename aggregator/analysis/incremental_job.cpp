@@ -131,6 +131,7 @@ Normalized StreamingAnalysis::connection_table(uint64_t now_ns) {
     c.last_ns = cs.last_ns;
     c.closed = cs.closed;
     c.from_counters = cs.from_counters;
+    c.counters_interval_ms = cs.counters_interval_ms;
     c.sampled_1_in = cs.sampled_1_in;
     c.label = cs.label;
     c.addr_a = cs.key.a;

@@ -138,6 +138,7 @@ void transfers(const Input& in, const Flows& f, Names& names, Normalized& out) {
     c.last_ns = std::max(c.last_ns, e.last_ns);
     if (e.tcp_flags & (kFin | kRst)) c.closed = true;
     if (e.from_counters) c.from_counters = true;
+    c.counters_interval_ms = std::max(c.counters_interval_ms, e.counters_interval_ms);
     c.sampled_1_in = std::max(c.sampled_1_in, e.sampled_1_in);
     last_seen = std::max(last_seen, e.last_ns);
     uint32_t src = fl.fwd ? c.a : c.b, dst = fl.fwd ? c.b : c.a;

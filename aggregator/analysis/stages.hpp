@@ -135,7 +135,8 @@ struct Conn {
   bool closed = false;         // FIN or RST seen in either direction by any observer
   uint32_t sampled_1_in = 0;   // its events are 1:N packet samples: the largest N (0: every packet seen)
   bool from_counters = false;  // its transfers were made from RDMA port counters (counters_source.cpp)
-  std::string label;           // "src:port<->dst:port" for evidence text
+  uint16_t counters_interval_ms = 0;  // and the largest sampling interval of their series (EventFields)
+  std::string label;                  // "src:port<->dst:port" for evidence text
   // The endpoint pair regardless of ports: interned address ids in ConnKey order, and the protocol. The
   // short connections of one pair (one record per message: a QP or source port per RDMA message, NCCL's
   // several QPs per peer) are one grouping unit (see job_grouping.cpp).
