@@ -33,7 +33,7 @@ Run degraded_run(const Direction& d, size_t iters) {
     double ratio = d.rate[i] / d.ref[i];
     // Only a lower bound (link_rates.hpp, Direction::bound): below the threshold it says nothing, above it
     // the direction was fast.
-    if (d.bound[i] && ratio < d.threshold) continue;
+    if (d.bound_at(i) && ratio < d.threshold) continue;
     if (r.onset < 0) {
       run = ratio < d.threshold ? run + 1 : 0;
       if (run == 1) r.ratios.clear();
@@ -190,7 +190,7 @@ void node_iteration(const std::vector<Direction>& dirs, const std::map<EdgeRole,
   for (size_t m = 0; m < nl.dirs.size(); ++m) {
     const Direction& d = dirs[nl.dirs[m]];
     if (d.rate[i] <= 0) continue;  // idle in this iteration: no evidence either way
-    if (d.bound[i]) return;        // a lower bound: the node's highest ratio is not known
+    if (d.bound_at(i)) return;     // a lower bound: the node's highest ratio is not known
     const RoleRates& rr = rates.at(d.role);
     const std::vector<double>& all = rr.sorted[i];
     const std::vector<double>& mine = own[d.role];
@@ -239,7 +239,6 @@ Direction as_direction(const NodeLink& nl, double temporal) {
   Direction d;
   d.rate = nl.ratio;
   d.ref.assign(nl.ratio.size(), 1.0);
-  d.bound.assign(nl.ratio.size(), 0);
   d.temporal = temporal;
   d.cross = nl.cross;
   d.sigma = std::max(temporal, nl.cross);

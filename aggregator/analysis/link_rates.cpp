@@ -85,7 +85,6 @@ std::vector<Direction> directions(const Normalized& n, const std::vector<const X
       std::tie(d.src, d.dst) = std::pair(x->src, x->dst);
       d.role = s.stage_of[x->src] == s.stage_of[x->dst] ? EdgeRole::dp : EdgeRole::pp;
       d.ref = d.noise = d.rate = std::vector<double>(iters);  // 0: not measured
-      d.bound.assign(iters, 0);
     }
     dirs[it->second].own.push_back(x);
     if (int i = iteration_of(t, x->t0, iters); i >= 0)
@@ -100,8 +99,12 @@ std::vector<Direction> directions(const Normalized& n, const std::vector<const X
          b < samples.size() && std::get<0>(samples[b]) == dir && std::get<1>(samples[b]) == iter; ++b)
       run.push_back(std::get<2>(samples[b]));
     auto measured = std::find_if(run.begin(), run.end(), [](double r) { return r > 0; });  // sorted: last
-    dirs[dir].bound[iter] = measured == run.end();
-    if (measured != run.end()) run.erase(run.begin(), measured);
+    if (measured != run.end()) {
+      run.erase(run.begin(), measured);
+    } else {
+      dirs[dir].bound.resize(iters, 0);  // allocated at its first bound
+      dirs[dir].bound[iter] = 1;
+    }
     dirs[dir].rate[iter] = std::fabs(median(run));
   }
   std::sort(dirs.begin(), dirs.end(), [](const Direction& a, const Direction& b) {
@@ -148,7 +151,7 @@ void thresholds(std::vector<Direction>& dirs, size_t iters) {
   for (const Direction& d : dirs) {
     double prev = std::nan("");
     for (size_t i = kWarmup; i < iters; ++i) {
-      if (d.rate[i] <= 0 || d.ref[i] <= 0 || d.bound[i]) continue;
+      if (d.rate[i] <= 0 || d.ref[i] <= 0 || d.bound_at(i)) continue;
       double l = std::log(d.rate[i] / d.ref[i]);
       if (!std::isnan(prev)) diffs[d.role].push_back(std::fabs(l - prev));
       prev = l;

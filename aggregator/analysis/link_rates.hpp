@@ -56,12 +56,15 @@ struct Direction {
   EdgeRole role = EdgeRole::dp;
   std::vector<const Xfer*> own;
   std::vector<double> rate, ref;
-  std::vector<char> bound;            // per iteration: its rate only a lower bound (link_rates.cpp)
+  std::vector<char> bound;            // per iteration: its rate only a lower bound (empty: none is)
   std::vector<double> noise;          // per iteration: comparison_noise() of its reference's rates
   double threshold = kSlowLinkRatio;  // min(kSlowLinkRatio, exp(-kLinkZ sigma))
   double sigma = 0;                   // max(temporal, cross)
   double temporal = 0;                // its role's iteration-to-iteration spread of log ratios
   double cross = 0;                   // the median of `noise` over its measured iterations
+  // Its rate in iteration i only a lower bound (transfers made from counters, shorter than two sampling
+  // intervals: link_rates.cpp). Allocated only where one is, so a job without such transfers pays nothing.
+  bool bound_at(size_t i) const { return !bound.empty() && bound[i]; }
 };
 
 // A transfer's rate, bytes per ns.
