@@ -257,6 +257,10 @@ def main():
     ap.add_argument("--active-timeout", type=int, default=1,
                     help="exporters' active and inactive timeouts (s; 1 is the finest either exporter takes)")
     ap.add_argument("--sampling", type=int, default=5, help="sFlow 1:N")
+    # Links at a NIC's line rate: unshaped veths run at the CPU's pace, and with one other DP pair to compare
+    # with (DP2 x PP2) a rank's CPU contention read once as a slow link in the probe's own view (n1->n0 at
+    # 0.42-0.67 of n2<->n3 for 4 iterations, 1 of 21 runs), which no exporter's decoding is about.
+    ap.add_argument("--link-rate", default="1gbit", help="tc tbf rate of every node's link (testbed.py)")
     ap.add_argument("--keep", help="keep the run's files here")
     ap.add_argument("--strict-structure", action="store_true",
                     help="also fail unless every source gets the job's parallelism (dp, pp, stages, groups) exact "
@@ -283,7 +287,7 @@ def main():
         ex.start_aggregator(a.aggregator, topo, a.netprism, "sflow", ["sfprobe"])
         r = subprocess.run([sys.executable, os.path.join(HERE, "testbed.py"), "run", "--cluster", run_id,
                             "--dp", "2", "--pp", "2", "--iters", str(a.iters), "--fwd-ms", str(a.fwd_ms),
-                            "--out", run_dir, "--force"], capture_output=True, text=True)
+                            "--link-rate", a.link_rate, "--out", run_dir, "--force"], capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"training run failed: {r.stdout[-2000:]} {r.stderr[-2000:]}")
         # RoCEv2 through the switch: UDP to 4791 carrying a BTH (RDMA WRITE only, destination QP 0xabcd), so the
