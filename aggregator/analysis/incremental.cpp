@@ -8,8 +8,6 @@
 namespace netprism::analysis {
 namespace {
 
-constexpr uint16_t kFin = 0x01, kRst = 0x04;
-
 // When the transfer bound is reached, evict down to 90 % of it, so that a feed steadily above the bound
 // does not pay an eviction scan every pass.
 constexpr double kEvictTo = 0.9;
@@ -168,12 +166,7 @@ void StreamingAnalysis::add(const Event& e, uint64_t fh) {
       (e.observer == sender || strs_[e.observer] < strs_[fl.chosen]))
     fl.chosen = e.observer;
   ConnSt& c = conns_[fl.conn];
-  c.first_ns = std::min(c.first_ns, e.first_ns);
-  c.last_ns = std::max(c.last_ns, e.last_ns);
-  if (e.tcp_flags & (kFin | kRst)) c.closed = true;
-  if (e.from_counters) c.from_counters = true;
-  c.counters_interval_ms = std::max(c.counters_interval_ms, e.counters_interval_ms);
-  c.sampled_1_in = std::max(c.sampled_1_in, e.sampled_1_in);
+  add_to_conn(c, e);
   uint64_t bytes = data_bytes_of(e);
   if (bytes == 0) return;
   // Once the sender's own view is chosen the choice is final: another observer's transfers are used only

@@ -15,8 +15,6 @@
 namespace netprism::analysis {
 namespace {
 
-constexpr uint16_t kFin = 0x01, kRst = 0x04;
-
 uint64_t data_bytes(const FlowEvent& e) {
   return analysis::data_bytes(e.payload_bytes, e.dir, e.src.find(':') != std::string::npos, e.packets,
                               e.bytes);
@@ -134,12 +132,7 @@ void transfers(const Input& in, const Flows& f, Names& names, Normalized& out) {
     const auto& e = in.events[i];
     const Flow& fl = f.flows[f.flow_of[i]];
     Conn& c = out.conns[fl.conn];
-    c.first_ns = std::min(c.first_ns, e.first_ns);
-    c.last_ns = std::max(c.last_ns, e.last_ns);
-    if (e.tcp_flags & (kFin | kRst)) c.closed = true;
-    if (e.from_counters) c.from_counters = true;
-    c.counters_interval_ms = std::max(c.counters_interval_ms, e.counters_interval_ms);
-    c.sampled_1_in = std::max(c.sampled_1_in, e.sampled_1_in);
+    add_to_conn(c, e);
     last_seen = std::max(last_seen, e.last_ns);
     uint32_t src = fl.fwd ? c.a : c.b, dst = fl.fwd ? c.b : c.a;
     if (fl.chosen != f.obs_of[i]) {

@@ -13,6 +13,7 @@
 // under NP_ANALYSIS_DEBUG itself.)
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -143,6 +144,19 @@ struct Conn {
   uint32_t addr_a = 0, addr_b = 0;
   uint8_t proto = 0;
 };
+
+// A connection's totals taken from one of its events: normalize()'s Conn and the streaming engine's own
+// connection record carry the same fields, and both fold every event in alike.
+template <class C>
+void add_to_conn(C& c, const EventFields& e) {
+  constexpr uint16_t kFinOrRst = 0x01 | 0x04;
+  c.first_ns = std::min(c.first_ns, e.first_ns);
+  c.last_ns = std::max(c.last_ns, e.last_ns);
+  if (e.tcp_flags & kFinOrRst) c.closed = true;
+  if (e.from_counters) c.from_counters = true;
+  c.counters_interval_ms = std::max(c.counters_interval_ms, e.counters_interval_ms);
+  c.sampled_1_in = std::max(c.sampled_1_in, e.sampled_1_in);
+}
 
 struct Normalized {
   std::vector<std::string> nodes;  // index -> name
