@@ -185,25 +185,38 @@ static __always_inline void np_burst_start(struct np_burst* b, const struct np_p
   b->pad0 = 0;
 }
 
-/* True for a TCP segment without payload (a pure ACK, or a bare SYN/FIN/RST). */
+/* True for a packet that acknowledges the other direction's data and carries none of its own: a TCP segment
+ * without payload (a pure ACK, or a bare SYN/FIN/RST) or a RoCE acknowledgement (RC ACK or ATOMIC ACK: the
+ * responder's NIC answering the requester's packets on the requester's QP, so in the same flow as the
+ * responder's own data to that QP). */
 static __always_inline bool np_pure_ack(const struct np_pkt* p) {
+  if (p->key.proto == NP_PROTO_ROCE) return p->roce_class == NP_ROCE_ACK;
   return p->key.proto == NP_PROTO_TCP && p->payload == 0;
 }
 
-/* A burst's times are those of its data. A TCP direction that carries data also carries the ACKs of the
- * opposite direction's data, and on a slow or shaped link those keep coming long after this direction's
- * last byte: timed by them, a burst would end when the *other* side's data was acknowledged, which is what
- * made a receiver's view of a synchronisation end tens of ms late. So once a burst has payload, a pure ACK is
- * counted (packets, bytes, flags) but moves neither end; an ACK after an idle gap in the data still closes it
- * (the data is idle, whatever the ACKs do), and a burst of ACKs alone is timed by its ACKs until data joins,
- * when it restarts its clock at that data (its ACKs stay counted in it). */
+/* Whether burst b holds data yet (for TCP and RoCE, whose acknowledgements share the data's flow). */
+static __always_inline bool np_burst_has_data(const struct np_burst* b, __u8 proto) {
+  if (proto == NP_PROTO_ROCE) return b->packets != b->roce_ops[NP_ROCE_ACK];
+  return b->payload_bytes != 0;
+}
+
+/* A burst's times are those of its data. A TCP or RoCE direction that carries data also carries the
+ * acknowledgements of the opposite direction's data, and on a slow or shaped link those keep coming long
+ * after this direction's last byte: timed by them, a burst would end when the *other* side's data was
+ * acknowledged, which is what made a receiver's view of a synchronisation end tens of ms late (TCP on shaped
+ * veths; soft-RoCE: the last all-reduce of a DP2 OpenMPI/UCX job ended 16 ms after both ranks had returned,
+ * its bursts' tails 9 and 17 RC ACKs). So once a burst has data, an acknowledgement is counted (packets,
+ * bytes, flags, opcode class) but moves neither end; one after an idle gap in the data still closes it (the
+ * data is idle, whatever the acknowledgements do), and a burst of acknowledgements alone is timed by them
+ * until data joins, when it restarts its clock at that data (its acknowledgements stay counted in it). */
 static __always_inline void np_burst_add(struct np_burst* b, const struct np_pkt* p, __u64 now, __u32 segs,
                                          __u64 bytes) {
+  const bool has_data = np_burst_has_data(b, p->key.proto);
   if (np_pure_ack(p)) {
-    /* Counted below; an ACK-only burst is timed by its ACKs. */
-    if (b->payload_bytes == 0 && (__s64)(now - b->last_ns) > 0) b->last_ns = now;
-  } else if (b->payload_bytes == 0 && p->payload != 0 && p->key.proto == NP_PROTO_TCP) {
-    b->first_ns = now; /* the first data of an ACK-only burst */
+    /* Counted below; an acknowledgement-only burst is timed by its acknowledgements. */
+    if (!has_data && (__s64)(now - b->last_ns) > 0) b->last_ns = now;
+  } else if (!has_data && (p->key.proto == NP_PROTO_TCP || p->key.proto == NP_PROTO_ROCE)) {
+    b->first_ns = now; /* the first data of an acknowledgement-only burst */
     b->last_ns = now;
   } else if ((__s64)(now - b->last_ns) > 0) {
     /* Packets of one flow can reach the lock out of timestamp order across CPUs: keep last_ns monotonic. */

@@ -4,6 +4,22 @@
 
 namespace netprism::analysis {
 
+namespace {
+
+// A RoCE burst made only of acknowledgements (every packet's BTH opcode an RC ACK) carries no data: the
+// responder's NIC sends them, not its process, as a TCP pure ACK is the kernel's. Its UDP payload (BTH,
+// AETH, ICRC: 20 bytes a packet) would otherwise read as a message. Measured on soft-RoCE (rdmabed, OpenMPI
+// + UCX, DP2 with a 300 ms straggler): the late rank's NIC acknowledged the early rank's half of the
+// all-reduce within 3 ms, 8 ACKs (384 B), so the late rank seemed to join at once (lateness +-5 ms for 290
+// ms) and the straggler was not named. The burst still counts in its connection (activity, teardown), with
+// no data, as a pure TCP ACK does. A burst mixing data and ACKs keeps its payload (ACKs are 20 of ~1,000+
+// bytes a data packet).
+bool ack_only(const Flowlet& f) {
+  return f.key.proto == NP_PROTO_ROCE && f.packets > 0 && f.roce_ops[NP_ROCE_ACK] >= f.packets;
+}
+
+}  // namespace
+
 EventFields event_fields(const Flowlet& f) {
   EventFields e;
   e.src_port = f.key.sport;
@@ -17,7 +33,7 @@ EventFields event_fields(const Flowlet& f) {
   e.first_ns = f.first_ns;
   e.last_ns = f.last_ns;
   e.bytes = f.bytes;
-  e.payload_bytes = f.payload_bytes;
+  e.payload_bytes = ack_only(f) ? 0 : f.payload_bytes;
   e.packets = f.packets;
   return e;
 }

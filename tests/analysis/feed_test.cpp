@@ -73,6 +73,38 @@ TEST(AnalysisFeed, FlowEventOfAFlowletCarriesEveryField) {
   EXPECT_EQ(flow_event("n1", sample).sampled_1_in, 3u);
 }
 
+// A RoCE burst of acknowledgements only (the responder's NIC answering the other direction's data) carries
+// no data, as a pure TCP ACK: it stays an event (connection activity) with no payload. One that mixes data
+// and acknowledgements keeps its payload.
+TEST(AnalysisFeed, RoceAcknowledgementsAloneCarryNoData) {
+  FlowEvent e;
+  e.observer = "n1";
+  e.src = "10.0.0.1";
+  e.dst = "10.0.0.2";
+  e.dst_port = NP_ROCE_UDP_PORT;
+  e.qpn = 21;
+  e.proto = NP_PROTO_ROCE;
+  e.dir = NP_DIR_EGRESS;
+  e.first_ns = 100;
+  e.last_ns = 200;
+  e.bytes = 8 * 48;
+  e.payload_bytes = 8 * 20;  // BTH + AETH + ICRC
+  e.packets = 8;
+  Flowlet f = flowlet_of(e);
+  f.roce_ops[NP_ROCE_ACK] = 8;
+  FlowEvent acks = flow_event("n1", f);
+  EXPECT_EQ(acks.payload_bytes, 0u);
+  EXPECT_EQ(acks.bytes, 8u * 48);  // still counted on the wire
+  EXPECT_EQ(acks.packets, 8u);
+  f.packets = 9;
+  f.payload_bytes += 1040;
+  f.roce_ops[NP_ROCE_SEND] = 1;  // and one SEND: data
+  EXPECT_EQ(flow_event("n1", f).payload_bytes, 8u * 20 + 1040);
+  f.key.proto = NP_PROTO_UDP;  // the rule is RoCE's: other protocols' counts are never read as ACKs
+  f.packets = 8;
+  EXPECT_EQ(flow_event("n1", f).payload_bytes, 8u * 20 + 1040);
+}
+
 // The daemon adds each stored batch's flowlets through FlowletFeed (ids cached by binary address, netprism's
 // own traffic skipped); `netprism analyze` and the replays go through text. Every pass must agree.
 TEST(AnalysisFeed, BinaryAndTextPathsGiveTheSameStreamingAnalysis) {

@@ -176,6 +176,36 @@ TEST_P(ProbeBurst, AnAckOnlyBurstRestartsItsClockAtItsFirstData) {
   }
 }
 
+// RoCE as TCP: the responder's RC ACKs travel on the requester's QP, in the same flow as the responder's own
+// data to it, so they are counted in its bursts but time none that holds data.
+TEST_P(ProbeBurst, RoceAcksAreCountedButDoNotMoveADataBurstsEnd) {
+  thresholds(1 * kSec, 60 * kSec);
+  auto roce = [](uint8_t op, std::size_t payload) {
+    return PacketBuilder()
+        .eth()
+        .ipv4("10.3.0.1", "10.3.0.2")
+        .udp(50001, NP_ROCE_UDP_PORT)
+        .bth(op, 0x33, 1)
+        .payload(payload)
+        .build();
+  };
+  run(roce(0x11, 4), 2);  // ACKs alone: timed by themselves
+  std::this_thread::sleep_for(10ms);
+  uint64_t before_data = monotonic_now_ns();
+  run(roce(0x04, 1024), 3);  // SEND only x3
+  uint64_t after_data = monotonic_now_ns();
+  std::this_thread::sleep_for(10ms);
+  run(roce(0x11, 4), 4);  // ACKs of the other direction's data, 10 ms after this direction's last
+  auto flows = dump_flows(*probe_);
+  ASSERT_EQ(flows.size(), 1u);
+  const auto& b = flows[0].second.b;
+  EXPECT_EQ(b.packets, 9u);
+  EXPECT_EQ(b.roce_ops[NP_ROCE_ACK], 6u);
+  EXPECT_EQ(b.roce_ops[NP_ROCE_SEND], 3u);
+  EXPECT_GE(b.first_ns, before_data) << "the burst's time span is its data's";
+  EXPECT_LE(b.last_ns, after_data) << "the ACKs 10 ms later must not extend the data's end";
+}
+
 TEST_P(ProbeBurst, LongBurstIsCutAtMaxDuration) {
   thresholds(10 * kSec, 2 * kMs);
   run(tcp_pkt(3));
