@@ -30,7 +30,6 @@ constexpr double kOneWayRatio = 0.10;
 // side.
 constexpr double kPipelineNegativeShare = 0.20;
 
-constexpr double kResidueShare = 0.25;
 // Expert-parallel exchange on an edge (see expert_parallel): volume floors of its lighter direction.
 constexpr uint64_t kMinExchangeBytes = 64 * 1024;
 constexpr double kExchangeShare = 0.01;
@@ -41,6 +40,20 @@ constexpr double kExchangeShare = 0.01;
 // 16-node job.
 constexpr size_t kFlipCandidates = 12;
 constexpr size_t kMaxFlips = 3;
+// A pipeline edge's reverse orientation (the one below zero while the downstream stages compute) never rises
+// above zero: the downstream node sends no more than it has received (a gradient starts after its activation
+// ended, and has its shape). A DP pair whose member is late every iteration is one-sided for the wait, as
+// long as a share of the step as the lateness, and reads as pipeline by that share alone (soft-RoCE DP2, one
+// rank 300 ms late in 0.95 s steps: 0.205); but the late member then sends its own contribution, more than
+// the early one's outstanding half, so the same orientation rises above zero once per exchange. Measured on
+// every kept sample (tests/e2e/samples, 2026-11-29): 0 rises on all 36 pipeline edges (12-96 falls each);
+// on the two-way DP edges with a share of 0.05 or more, 1.2-22 rises per fall (roce_mpi_dp2 16 / 13,
+// mpi_dp4_zero3 121 / 41, ddp2_straggler 45 / 2), and 16 / 10 on the soft-RoCE straggler. So an orientation
+// that rises at least as often as it falls, 3 times at least (3 iterations), is not a pipeline's reverse.
+// Other traffic on a pipeline edge could rise it: Megatron's tied-embedding all-reduce between the first and
+// last stage shares the edge at pp 2, once per iteration, against one fall per micro-batch in 1F1B (6 per
+// iteration in pp2_1f1b); GPipe at pp 2 with tied embeddings (one fall per iteration) would read as DP.
+constexpr size_t kMinRises = 3;
 // Floor of the negative share in the log-odds cost: a share of 0.001 (one millisecond per second of
 // traffic) is "no evidence of a pipeline" already; below it the logarithm would only amplify noise.
 constexpr double kMinShare = 1e-3;
@@ -94,82 +107,11 @@ struct EdgeData {
   std::vector<const Xfer*> xs;
 };
 
-// The running balance's range over every suffix of the events: lo[i] / hi[i] is the lowest / highest
-// cumulative sum from event i on (without resets).
-struct SuffixRange {
-  std::vector<double> lo, hi;
-};
-SuffixRange suffix_range(const std::vector<std::pair<uint64_t, double>>& ev) {
-  SuffixRange r{std::vector<double>(ev.size() + 1), std::vector<double>(ev.size() + 1)};
-  double sum = 0;
-  for (const auto& e : ev) sum += e.second;
-  r.lo[ev.size()] = r.hi[ev.size()] = sum;
-  for (size_t i = ev.size(); i-- > 0;) {
-    r.lo[i] = std::min(r.lo[i + 1], sum);  // sum = cumulative up to and including event i
-    r.hi[i] = std::max(r.hi[i + 1], sum);
-    sum -= ev[i].second;
-  }
-  return r;
-}
-
-// A balance that the rest of the recording never brings back to where it was last zero (base) is not
-// outstanding pipeline traffic: every activation's gradient returns within its iteration (the optimizer
-// step needs them all), so a pipeline's balance comes back at least once per iteration. What never comes
-// back is one-way data outside the training loop, e.g. DDP's initial parameter broadcast from rank 0 (2.16
-// MB n0 -> n1 before the first step in tests/data/dp2_read_as_pp/ddp2_strag: left in the balance, it held
-// the reverse orientation negative 98.7 % of the time and a DP2 job read as a pipeline; reset, 6.3 %). The
-// pipeline edges of every kept sample stay above 0.69 (most within 0.01 of their old share): a young
-// window's last activations in flight are never answered either, but they come after its last quiet gap.
-bool unanswered(double bal, double base, const SuffixRange& future, size_t i, double tol) {
-  if (bal < 0) return future.hi[i] < base - tol;
-  return future.lo[i] > base + tol;
-}
-
-// Share of time during which "u->v sent (counted at start) minus v->u received (counted at end)" is below
-// -eps. Volumes are not rescaled: activations and their gradients, and the two halves of a DP exchange, have
-// equal sizes. At every quiet gap a residue below eps (a retransmission, headers) is reset so that it cannot
-// accumulate over a long run, and so is a balance that is never answered (see unanswered()).
-double negative_share(const std::vector<const Xfer*>& xs, const std::vector<Episode>& episodes, uint32_t u,
-                      double eps) {
-  if (episodes.size() < 2) return 0;
-  std::vector<std::pair<uint64_t, double>> ev;
-  for (const Xfer* x : xs) {
-    if (x->src == u)
-      ev.emplace_back(x->t0, static_cast<double>(x->bytes));
-    else
-      ev.emplace_back(x->t1, -static_cast<double>(x->bytes));
-  }
-  // Snap points: the start of every episode after the first, with the volume of the episode that ended.
-  std::vector<std::pair<uint64_t, double>> snap;
-  for (size_t k = 1; k < episodes.size(); ++k)
-    snap.emplace_back(xs[episodes[k].first]->t0, episodes[k - 1].bytes);
-  std::sort(ev.begin(), ev.end());
-  uint64_t lo = xs.front()->t0, hi = ev.back().first;
-  if (hi <= lo) return 0;
-  const SuffixRange future = suffix_range(ev);
-  double bal = 0, raw = 0, neg = 0;
-  size_t sn = 0;
-  for (size_t i = 0; i < ev.size(); ++i) {
-    while (sn < snap.size() && snap[sn].first <= ev[i].first) {
-      // A residue under a quarter of the episode's volume is not an outstanding message: pipeline episodes
-      // are one or two messages, so an outstanding one is at least half the episode.
-      const double tol = std::max(eps, kResidueShare * snap[sn].second);
-      if (std::fabs(bal) < tol || unanswered(bal, raw - bal, future, i, tol)) bal = 0;
-      ++sn;
-    }
-    bal += ev[i].second;
-    raw += ev[i].second;
-    uint64_t next = i + 1 < ev.size() ? ev[i + 1].first : hi;
-    if (bal < -eps) neg += static_cast<double>(next - ev[i].first);
-  }
-  return neg / static_cast<double>(hi - lo);
-}
-
 // Orientation of a coarse pipeline candidate (u, v) from the two nodes' synchronisations, since its own
 // records carry no order: in every pipeline schedule the first stage finishes its backward pass last (the
 // last micro-batch's gradient reaches it last), so an upstream node's synchronisation follows its
 // downstream neighbour's closely (by the upstream stages' last backward steps) and the downstream one
-// follows the upstream one by nearly a whole step (sync_order()). Writes fwd/rev as negative_share() would
+// follows the upstream one by nearly a whole step (sync_order()). Writes fwd/rev as edge_balance() would
 // (rev > fwd: u upstream).
 void orient_by_syncs(EdgeData& d, const std::vector<std::vector<uint64_t>>& ends) {
   double w = sync_order(ends[d.e.u], ends[d.e.v]);
@@ -481,8 +423,19 @@ size_t edge_evidence(const Normalized& n, const JobSlice& job, EdgeMap& edges) {
     for (const Xfer* x : d.xs) sizes.push_back(static_cast<double>(x->bytes));
     double eps = 0.5 * typical_size(sizes);
     const std::vector<Episode> episodes = episodes_of(d.xs);  // d.xs is sorted by t0; one pass for all three
-    d.fwd = negative_share(d.xs, episodes, d.e.u, eps);
-    d.rev = negative_share(d.xs, episodes, d.e.v, eps);
+    const EdgeBalance bu = edge_balance(d.xs, episodes, d.e.u, eps);
+    const EdgeBalance bv = edge_balance(d.xs, episodes, d.e.v, eps);
+    d.fwd = bu.negative_share;
+    d.rev = bv.negative_share;
+    const EdgeBalance& reverse = d.fwd >= d.rev ? bu : bv;  // below zero longer: a pipeline's reverse
+    const bool sampled_times = std::any_of(d.xs.begin(), d.xs.end(), [&](const Xfer* x) {
+      return n.conns[x->conn].from_counters;  // times on the sampling grid: order within an interval unknown
+    });
+    if (!sampled_times && reverse.above >= kMinRises && reverse.above >= reverse.below)
+      d.fwd = d.rev = 0;  // a late DP member's own contribution
+    if (std::getenv("NP_ANALYSIS_DEBUG"))
+      std::fprintf(stderr, "edge %s-%s excursions u: below %zu above %zu; v: below %zu above %zu\n",
+                   n.nodes[d.e.u].c_str(), n.nodes[d.e.v].c_str(), bu.below, bu.above, bv.below, bv.above);
     if (volume_drifts(d.xs, episodes, d.e.u)) d.fwd = d.rev = 0;  // one way carries more (edge_drift.cpp)
     if (std::getenv("NP_ANALYSIS_DEBUG"))
       std::fprintf(stderr, "edge %s-%s bytes %llu/%llu neg fwd %.3f rev %.3f\n", n.nodes[d.e.u].c_str(),

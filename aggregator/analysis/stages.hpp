@@ -114,6 +114,15 @@ struct Episode {
   double bytes = 0;
 };
 std::vector<Episode> episodes_of(const std::vector<const Xfer*>& xs);
+// The causality balance of orientation u of an edge's time-sorted transfers and their episodes_of()
+// (edge_balance.cpp): the share of the edge's time it is below -eps, and how many times it went below -eps
+// and above eps.
+struct EdgeBalance {
+  double negative_share = 0;
+  size_t below = 0, above = 0;
+};
+EdgeBalance edge_balance(const std::vector<const Xfer*>& xs, const std::vector<Episode>& episodes, uint32_t u,
+                         double eps);
 // Volume drift of an edge's time-sorted transfers and their episodes_of() (edge_drift.cpp): |per-byte excess
 // of u's direction over the other's|, what is in flight at the window's ends averaged out; ~0 for a pipeline.
 double drift_share(const std::vector<const Xfer*>& xs, const std::vector<Episode>& episodes, uint32_t u);

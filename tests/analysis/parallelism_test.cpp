@@ -168,3 +168,42 @@ TEST(AnalysisParallelism, OneSidedDpPairDoesNotBreakTheStructure) {
   EXPECT_EQ(p.dp_groups, stages);
   EXPECT_GE(r.jobs[0].iterations.size(), 10u);
 }
+
+// A two-node DP job whose second member is late for every all-reduce from iteration 3 on (as soft-RoCE DP2
+// with a 300 ms straggler in 0.95 s steps): the early member's half waits on the edge for 29 % of each step,
+// which alone reads as a pipeline (one edge, no structure to outvote it). The late member then sends its own
+// half and the all-gather's, more than it was owed, which a pipeline's downstream stage never does.
+TEST(AnalysisParallelism, ATwoNodeDpJobWithALateMemberIsNotAPipeline) {
+  Input in;
+  in.addr_node["10.9.1.1"] = "n0";
+  in.addr_node["10.9.1.2"] = "n1";
+  const uint64_t t0 = 1'700'000'000'000'000'000ull;
+  auto add = [&](int u, double at_ms, uint64_t bytes) {
+    FlowEvent e;
+    e.observer = u == 0 ? "n0" : "n1";
+    e.src = u == 0 ? "10.9.1.1" : "10.9.1.2";
+    e.dst = u == 0 ? "10.9.1.2" : "10.9.1.1";
+    e.src_port = static_cast<uint16_t>(u == 0 ? 40000 : 29500);
+    e.dst_port = static_cast<uint16_t>(u == 0 ? 29500 : 40000);
+    e.dir = NP_DIR_EGRESS;
+    e.first_ns = t0 + static_cast<uint64_t>(at_ms * 1e6);
+    e.last_ns = e.first_ns + 5'000'000;
+    e.bytes = e.payload_bytes = bytes;
+    e.packets = bytes / 1448 + 1;
+    e.proto = NP_PROTO_TCP;
+    in.events.push_back(e);
+  };
+  for (int it = 0; it < 14; ++it) {
+    const double b = it * 1000.0 + (it > 3 ? (it - 3) * 400.0 : 0), late = it >= 3 ? 400 : 2;
+    add(0, b + 600, 1 << 20);
+    add(1, b + 600 + late, 1 << 20);
+    add(1, b + 605 + late, 1 << 20);
+    add(0, b + 606 + late, 1 << 20);
+  }
+  in.offline = true;
+  auto r = analyze(in);
+  ASSERT_EQ(r.jobs.size(), 1u);
+  EXPECT_EQ(r.jobs[0].parallelism.dp, 2);
+  EXPECT_EQ(r.jobs[0].parallelism.pp, 1);
+  EXPECT_GE(r.jobs[0].iterations.size(), 12u);
+}
