@@ -29,6 +29,12 @@ constexpr uint64_t kClusterGapNs = 1'000'000;
 constexpr double kSignificantDirection = 0.10;
 // Gaps between iterations: one per iteration; three is the fewest that makes a timeline (see job_grouping).
 constexpr size_t kMinInterGaps = 3;
+// A burst of DP traffic under 4 KiB (a memory page) carries no gradient data: connection wire-up, barrier
+// and finalize tokens (48-356 B on soft-RoCE with OpenMPI + UCX: its wire-up exchange before the first
+// iteration read as a synchronisation, and the finalize messages 90-115 ms after the last all-reduce, within
+// the gap a 300 ms straggler's waits set, ended it late). Such a burst joins its episode, but neither makes it
+// a synchronisation nor ends one, and its arrival extends none (extend_by_arrivals).
+constexpr uint64_t kMinDataBurstBytes = 4096;
 
 // Otsu split of log-gaps; returns the threshold (ns) above which a gap separates iterations.
 double inter_gap_threshold(std::vector<double> gaps) {
@@ -76,6 +82,7 @@ DpTraffic significant_directions(const JobSlice& job, const Structure& s, int gr
 struct Burst {
   uint64_t start, end;
   std::vector<char> used;
+  uint64_t bytes = 0;
 };
 std::vector<Burst> bursts(const DpTraffic& dp) {
   std::vector<Burst> cl;
@@ -83,6 +90,7 @@ std::vector<Burst> bursts(const DpTraffic& dp) {
     if (cl.empty() || x->t0 > cl.back().end + kClusterGapNs)
       cl.push_back({x->t0, x->t1, std::vector<char>(dp.dir_idx.size(), 0)});
     cl.back().end = std::max(cl.back().end, x->t1);
+    cl.back().bytes += x->bytes;
     auto it = dp.dir_idx.find({x->src, x->dst});
     if (it != dp.dir_idx.end()) cl.back().used[it->second] = 1;
   }
@@ -99,19 +107,22 @@ struct Episodes {
 Episodes episodes(const std::vector<Burst>& cl, size_t dirs, double thr) {
   Episodes ep;
   std::vector<char> used(dirs, 0);
-  uint64_t start = 0;
+  uint64_t start = 0, data_end = 0;
   bool open = false;
   for (size_t i = 0; i < cl.size(); ++i) {
     if (!open) start = cl[i].start;
     open = true;
-    for (size_t d = 0; d < used.size(); ++d) used[d] |= cl[i].used[d];
+    if (cl[i].bytes >= kMinDataBurstBytes) {
+      for (size_t d = 0; d < used.size(); ++d) used[d] |= cl[i].used[d];
+      data_end = std::max(data_end, cl[i].end);
+    }
     bool last = i + 1 == cl.size();
     if (!last && static_cast<double>(cl[i + 1].start - cl[i].end) <= thr) continue;
     ep.starts.push_back(start);
     ep.end_index.push_back(-1);
     if (std::all_of(used.begin(), used.end(), [](char c) { return c != 0; })) {
       ep.end_index.back() = static_cast<long>(ep.ends.size());
-      ep.ends.push_back(cl[i].end);
+      ep.ends.push_back(data_end);
     }
     std::fill(used.begin(), used.end(), 0);
     open = false;
@@ -147,7 +158,7 @@ Episodes synchronisations(const std::vector<Burst>& cl, size_t dirs, double& thr
 size_t extend_by_arrivals(Episodes& ep, const JobSlice& job, const Structure& s, int group) {
   size_t extended = 0;
   for (const Xfer& a : job.arrivals) {
-    if (!is_dp_xfer(s, a, group)) continue;
+    if (!is_dp_xfer(s, a, group) || a.bytes < kMinDataBurstBytes) continue;
     auto it = std::upper_bound(ep.starts.begin(), ep.starts.end(), a.t0);
     if (it == ep.starts.begin()) continue;
     long e = ep.end_index[static_cast<size_t>(it - ep.starts.begin()) - 1];

@@ -307,8 +307,10 @@ def run(a, bins):
     with open(os.path.join(out, "netprism.json"), "w") as f:
         json.dump(doc, f, indent=1)
     _, truth = score.load_truth(out)
+    # grace=2: the TCP testbed's rule (scenario.py, the samples' tests), which issue 16 item 3 applies here:
+    # truth iterations 1-2 (an observer locking on) do not count as missing.
     with open(os.path.join(out, "score.txt"), "w") as f:
-        res = score.score(manifest, truth, doc, out=f)
+        res = score.score(manifest, truth, doc, out=f, grace=2)
     with open(os.path.join(out, "score.txt")) as f:
         sys.stderr.write(f.read())
     result = contract_doc(manifest, truth, doc, res, sent, seen)
@@ -337,7 +339,7 @@ def offline_score(bins, manifest, truth, out):
     with open(os.path.join(out, "netprism-offline.json"), "w") as f:
         json.dump(doc, f, indent=1)
     with open(os.path.join(out, "score-offline.txt"), "w") as f:
-        res = score.score(manifest, truth, doc, out=f)
+        res = score.score(manifest, truth, doc, out=f, grace=2)
     j = res["jobs"][0]
     pairs, _ = score.match_jobs(truth, doc["jobs"])
     npjob = doc["jobs"][pairs["job0"]] if "job0" in pairs else {}
