@@ -32,8 +32,8 @@ constexpr size_t kMinInterGaps = 3;
 // A burst of DP traffic under 4 KiB (a memory page) carries no gradient data: connection wire-up, barrier
 // and finalize tokens (48-356 B on soft-RoCE with OpenMPI + UCX: its wire-up exchange before the first
 // iteration read as a synchronisation, and the finalize messages 90-115 ms after the last all-reduce, within
-// the gap a 300 ms straggler's waits set, ended it late). Such a burst joins its episode, but neither makes it
-// a synchronisation nor ends one, and its arrival extends none (extend_by_arrivals).
+// the gap a 300 ms straggler's waits set, ended it late). Such a burst joins its episode, but neither makes
+// it a synchronisation nor ends one, and its arrival extends none (extend_by_arrivals).
 constexpr uint64_t kMinDataBurstBytes = 4096;
 
 // Otsu split of log-gaps; returns the threshold (ns) above which a gap separates iterations.
