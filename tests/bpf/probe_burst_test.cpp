@@ -176,9 +176,10 @@ TEST_P(ProbeBurst, AnAckOnlyBurstRestartsItsClockAtItsFirstData) {
   }
 }
 
-// RoCE as TCP: the responder's RC ACKs travel on the requester's QP, in the same flow as the responder's own
-// data to it, so they are counted in its bursts but time none that holds data.
-TEST_P(ProbeBurst, RoceAcksAreCountedButDoNotMoveADataBurstsEnd) {
+// RoCE's RC ACKs travel on the requester's QP, in the same flow as the responder's own data to it: counted in
+// its bursts, they never start one that holds data (the responder sending nothing yet), but they end it (the
+// requester's send completes when its ACK arrives; see np_burst_add).
+TEST_P(ProbeBurst, RoceAcksEndButNeverStartADataBurst) {
   thresholds(1 * kSec, 60 * kSec);
   auto roce = [](uint8_t op, std::size_t payload) {
     return PacketBuilder()
@@ -193,8 +194,8 @@ TEST_P(ProbeBurst, RoceAcksAreCountedButDoNotMoveADataBurstsEnd) {
   std::this_thread::sleep_for(10ms);
   uint64_t before_data = monotonic_now_ns();
   run(roce(0x04, 1024), 3);  // SEND only x3
-  uint64_t after_data = monotonic_now_ns();
   std::this_thread::sleep_for(10ms);
+  uint64_t before_acks = monotonic_now_ns();
   run(roce(0x11, 4), 4);  // ACKs of the other direction's data, 10 ms after this direction's last
   auto flows = dump_flows(*probe_);
   ASSERT_EQ(flows.size(), 1u);
@@ -202,8 +203,8 @@ TEST_P(ProbeBurst, RoceAcksAreCountedButDoNotMoveADataBurstsEnd) {
   EXPECT_EQ(b.packets, 9u);
   EXPECT_EQ(b.roce_ops[NP_ROCE_ACK], 6u);
   EXPECT_EQ(b.roce_ops[NP_ROCE_SEND], 3u);
-  EXPECT_GE(b.first_ns, before_data) << "the burst's time span is its data's";
-  EXPECT_LE(b.last_ns, after_data) << "the ACKs 10 ms later must not extend the data's end";
+  EXPECT_GE(b.first_ns, before_data) << "the ACKs before the data do not start the burst";
+  EXPECT_GE(b.last_ns, before_acks) << "the ACKs after the data end it";
 }
 
 TEST_P(ProbeBurst, LongBurstIsCutAtMaxDuration) {
