@@ -100,7 +100,7 @@ struct np_burst {
 struct np_flow_state {
   __u64 lock; /* 0 free, 1 held */
   __u32 dead;
-  __u32 pad0;
+  __u32 data_ku; /* RoCE: the burst's last data packet, in 1.024 us units after b.first_ns (bpf/burst.h) */
   __u64 key_tag; /* np_key_tag(key): detects re-use of a deleted entry for another key */
   struct np_burst b;
   /* Pads the hash-table element (48-byte kernel header + 48-byte key + this value) to 192 bytes: preallocated
@@ -115,9 +115,9 @@ struct np_flow_state {
  * for the compare; every field is read and written under `lock`. used == 0: free. */
 #define NP_FRONT_SLOTS_DEFAULT 2048
 struct np_front_slot {
-  __u64 lock; /* 0 free, 1 held (same protocol as np_flow_state.lock) */
-  __u32 used; /* 1: holds `key`'s burst in progress */
-  __u32 pad0;
+  __u64 lock;    /* 0 free, 1 held (same protocol as np_flow_state.lock) */
+  __u32 used;    /* 1: holds `key`'s burst in progress */
+  __u32 data_ku; /* as np_flow_state.data_ku */
   struct np_flow_key key;
   struct np_burst b;
 };

@@ -207,6 +207,38 @@ TEST_P(ProbeBurst, RoceAcksEndButNeverStartADataBurst) {
   EXPECT_GE(b.last_ns, before_acks) << "the ACKs after the data end it";
 }
 
+// ...but a RoCE data packet after an idle gap in the data is a new message, however many ACKs kept the flow
+// busy meanwhile (rxe's trailing ACKs bridged a job's last all-reduce and its finalize token).
+TEST_P(ProbeBurst, RoceDataAfterAnIdleGapInTheDataStartsANewBurstThroughAcks) {
+  thresholds(300 * kMs, 60 * kSec);  // ACKs 10x closer than the gap, the new data twice as far
+  auto roce = [](uint8_t op, std::size_t payload) {
+    return PacketBuilder()
+        .eth()
+        .ipv4("10.3.0.1", "10.3.0.2")
+        .udp(50002, NP_ROCE_UDP_PORT)
+        .bth(op, 0x34, 1)
+        .payload(payload)
+        .build();
+  };
+  run(roce(0x04, 1024), 2);       // SEND only x2
+  for (int k = 0; k < 20; ++k) {  // ACKs every 30 ms for 600 ms
+    std::this_thread::sleep_for(30ms);
+    run(roce(0x11, 4));
+  }
+  uint64_t before_new = monotonic_now_ns();
+  run(roce(0x04, 1024));  // data 600 ms after the last data: a new burst
+  auto got = drain();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].end_reason, NP_END_GAP);
+  EXPECT_EQ(got[0].packets, 22u);  // the two SENDs and the ACKs after them
+  EXPECT_EQ(got[0].roce_ops[NP_ROCE_ACK], 20u);
+  EXPECT_LT(got[0].last_ns, before_new);
+  auto flows = dump_flows(*probe_);
+  ASSERT_EQ(flows.size(), 1u);
+  EXPECT_EQ(flows[0].second.b.packets, 1u);
+  EXPECT_GE(flows[0].second.b.first_ns, before_new);
+}
+
 TEST_P(ProbeBurst, LongBurstIsCutAtMaxDuration) {
   thresholds(10 * kSec, 2 * kMs);
   run(tcp_pkt(3));
