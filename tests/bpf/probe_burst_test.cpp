@@ -36,6 +36,17 @@ std::vector<uint8_t> tcp_pkt(uint16_t sport, std::size_t payload = 100, const ch
   return PacketBuilder().eth().ipv4("10.5.0.1", dst).tcp(sport, dport, 0x10).payload(payload).build();
 }
 
+// A RoCEv2 packet of opcode `op` to QP `qp` (0x04 SEND only, 0x11 ACK), from UDP port `sport`.
+std::vector<uint8_t> roce_pkt(uint8_t op, uint32_t qp, std::size_t payload, uint16_t sport) {
+  return PacketBuilder()
+      .eth()
+      .ipv4("10.3.0.1", "10.3.0.2")
+      .udp(sport, NP_ROCE_UDP_PORT)
+      .bth(op, qp, 1)
+      .payload(payload)
+      .build();
+}
+
 // Every test runs on every program variant (prog_run.hpp kVariants).
 class ProbeBurst : public ::testing::TestWithParam<agent::ProbeVariant> {
  protected:
@@ -181,15 +192,7 @@ TEST_P(ProbeBurst, AnAckOnlyBurstRestartsItsClockAtItsFirstData) {
 // requester's send completes when its ACK arrives; see np_burst_add).
 TEST_P(ProbeBurst, RoceAcksEndButNeverStartADataBurst) {
   thresholds(1 * kSec, 60 * kSec);
-  auto roce = [](uint8_t op, std::size_t payload) {
-    return PacketBuilder()
-        .eth()
-        .ipv4("10.3.0.1", "10.3.0.2")
-        .udp(50001, NP_ROCE_UDP_PORT)
-        .bth(op, 0x33, 1)
-        .payload(payload)
-        .build();
-  };
+  auto roce = [](uint8_t op, std::size_t payload) { return roce_pkt(op, 0x33, payload, 50001); };
   run(roce(0x11, 4), 2);  // ACKs alone: timed by themselves
   std::this_thread::sleep_for(10ms);
   uint64_t before_data = monotonic_now_ns();
@@ -211,15 +214,7 @@ TEST_P(ProbeBurst, RoceAcksEndButNeverStartADataBurst) {
 // busy meanwhile (rxe's trailing ACKs bridged a job's last all-reduce and its finalize token).
 TEST_P(ProbeBurst, RoceDataAfterAnIdleGapInTheDataStartsANewBurstThroughAcks) {
   thresholds(300 * kMs, 60 * kSec);  // ACKs 10x closer than the gap, the new data twice as far
-  auto roce = [](uint8_t op, std::size_t payload) {
-    return PacketBuilder()
-        .eth()
-        .ipv4("10.3.0.1", "10.3.0.2")
-        .udp(50002, NP_ROCE_UDP_PORT)
-        .bth(op, 0x34, 1)
-        .payload(payload)
-        .build();
-  };
+  auto roce = [](uint8_t op, std::size_t payload) { return roce_pkt(op, 0x34, payload, 50002); };
   run(roce(0x04, 1024), 2);       // SEND only x2
   for (int k = 0; k < 20; ++k) {  // ACKs every 30 ms for 600 ms
     std::this_thread::sleep_for(30ms);

@@ -7,6 +7,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -14,10 +15,20 @@ import urllib.request
 SERVER = "/usr/sbin/clickhouse-server"
 
 
+_handed_out = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A local port nobody listens on, never one this process handed out before: bind(0) may return a port it
+    gave a moment ago once that socket closed, and two servers (or a server and an aggregator) configured with
+    the same port fail within seconds ("Address already in use"; one clickhouse_analyzer run failed in 3.5 s)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 class Servers:
@@ -87,6 +98,8 @@ class Servers:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.procs[i].poll() is not None:
+                for line in self.log_tail(i):
+                    sys.stderr.write("clickhouse-server %d: %s\n" % (i, line))
                 raise RuntimeError("clickhouse-server %d exited (%s); see %s/log" % (i, self.procs[i].returncode, d))
             try:
                 if self.query(i, "SELECT 1").strip() == "1":
@@ -94,6 +107,18 @@ class Servers:
             except OSError:
                 time.sleep(0.2)
         raise RuntimeError("clickhouse-server %d did not answer within %ds" % (i, timeout))
+
+    def log_tail(self, i, n=5):
+        """The last lines of server i's error log and stdout (why it exited), for the test's own output."""
+        d = os.path.join(self.dir, "s%d" % i, "log")
+        lines = []
+        for name in ("err.log", "stdout.log"):
+            try:
+                with open(os.path.join(d, name), errors="replace") as f:
+                    lines += [l.rstrip() for l in f.readlines()[-n:]]
+            except OSError:
+                pass
+        return lines
 
     def kill(self, i):
         p = self.procs[i]
