@@ -110,7 +110,7 @@ Episodes episodes(const std::vector<Burst>& cl, size_t dirs, double thr) {
   uint64_t start = 0, data_end = 0;
   bool open = false;
   for (size_t i = 0; i < cl.size(); ++i) {
-    if (!open) start = cl[i].start;
+    if (!open) start = cl[i].start, data_end = 0;  // each episode ends at its own data
     open = true;
     if (cl[i].bytes >= kMinDataBurstBytes) {
       for (size_t d = 0; d < used.size(); ++d) used[d] |= cl[i].used[d];
