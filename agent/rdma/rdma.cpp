@@ -59,6 +59,9 @@ void RdmaSource::sample(uint64_t now, Batcher& out) {
       if (read_errors_++ == 0) log_warn("RDMA: " + err + " (further read errors only counted)");
       continue;
     }
+    if (!c.bytes_from_netdev.empty() && netdev_logged_.insert(p.device).second)
+      log_info("RDMA: " + p.device + " has no byte counters; its bytes and packets are " +
+               c.bytes_from_netdev + "'s (every packet of that interface counts)");
     uint64_t ts = clock_.to_realtime(mono_now_ns());
     // Activity, for the flat-counters table read (tick): any counter of the port moved. rxe counts its
     // packets only in hw_counters (sent_pkts, rcvd_pkts); other NICs in the port counters.

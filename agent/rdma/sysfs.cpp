@@ -18,6 +18,28 @@ bool read_u64(const fs::path& p, uint64_t& v) {
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   return ec == std::errc() && ptr == s.data() + s.size();
 }
+// Soft-RoCE's bytes (see read_port_counters): its interface's byte counters, as 4-byte words like the port
+// counters' (the remainder of a division is at most 3 bytes per reading, not cumulative), and its packets
+// with them: the interface counts a packet when it leaves (virtio-net: at completion), rxe's sent_pkts when
+// rxe hands it to the interface, tens of ms earlier under emulation (a 68-packet message counted by rxe in
+// one 10 ms sample, its bytes by eth0 in the next), so bytes and packets of one burst come from one place.
+// Without the interface or its counters the port keeps rxe's packets only.
+void netdev_bytes(const RdmaPortPath& p, RawPortCounters& out) {
+  std::ifstream f(fs::path(p.dir) / "gid_attrs" / "ndevs" / "0");
+  std::string ifname;
+  out.bytes_from_netdev.clear();
+  if (!(f >> ifname) || ifname.find('/') != std::string::npos || ifname == "." || ifname == "..") return;
+  const fs::path stats = fs::path(p.net_root) / ifname / "statistics";
+  uint64_t tx = 0, rx = 0, txp = 0, rxp = 0;
+  if (!read_u64(stats / "tx_bytes", tx) || !read_u64(stats / "rx_bytes", rx) ||
+      !read_u64(stats / "tx_packets", txp) || !read_u64(stats / "rx_packets", rxp))
+    return;
+  out.xmit_words = tx / 4;
+  out.rcv_words = rx / 4;
+  out.xmit_packets = txp;
+  out.rcv_packets = rxp;
+  out.bytes_from_netdev = ifname;
+}
 }  // namespace
 
 std::vector<RdmaPortPath> list_rdma_ports(const std::string& root) {
@@ -32,7 +54,8 @@ std::vector<RdmaPortPath> list_rdma_ports(const std::string& root) {
       uint32_t num = 0;
       auto [ptr, e] = std::from_chars(n.data(), n.data() + n.size(), num);
       if (e != std::errc() || ptr != n.data() + n.size()) continue;
-      out.push_back({dev.path().filename().string(), num, p.path().string()});
+      out.push_back({dev.path().filename().string(), num, p.path().string(),
+                     (fs::path(root).parent_path() / "net").string()});
     }
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
@@ -80,6 +103,7 @@ bool read_port_counters(const RdmaPortPath& p, RawPortCounters& out, std::string
     }
     out.xmit_packets = sent->second;
     out.rcv_packets = rcvd->second;
+    netdev_bytes(p, out);
   }
   return true;
 }

@@ -19,7 +19,8 @@ namespace netprism::agent {
 struct RdmaPortPath {
   std::string device;
   uint32_t port = 0;
-  std::string dir;  // <root>/<device>/ports/<port>
+  std::string dir;       // <root>/<device>/ports/<port>
+  std::string net_root;  // the network interfaces' sysfs class beside root (<root>/../net)
 };
 
 // Every <root>/<dev>/ports/<n> directory, sorted. Empty (not an error) when root does not exist.
@@ -29,9 +30,14 @@ std::vector<RdmaPortPath> list_rdma_ports(const std::string& root);
 struct RawPortCounters {
   uint64_t xmit_words = 0, rcv_words = 0, xmit_packets = 0, rcv_packets = 0;
   std::map<std::string, uint64_t> hw;
+  std::string
+      bytes_from_netdev;  // the interface whose byte counters stand for the port's (empty: the port's)
 };
 
-// Reads one port's counters; false + reason when a required counter is missing or not a number.
+// Reads one port's counters; false + reason when a required counter is missing or not a number. A port
+// without the counters/ group (soft-RoCE) counts packets in hw_counters and no bytes: its bytes and packets
+// are then its network interface's (gid_attrs/ndevs/0 names it; <net_root>/<if>/statistics), which carries
+// its RoCE packets and whatever else that interface sends (RawPortCounters::bytes_from_netdev).
 bool read_port_counters(const RdmaPortPath& p, RawPortCounters& out, std::string& err);
 
 // The shipped sample: cumulative values, bytes = words x 4.

@@ -1,6 +1,5 @@
 // The RDMA counters source (counters.hpp): per-node byte series from port bursts, split among QP peers,
 // turned into transfers.
-//
 // Resolution. Counters-only agents sample every 10 ms, so a port's series says how many bytes moved in each
 // 10 ms interval, not when inside it. Two things recover time inside an interval:
 //  - a 1 ms grid: each node's intervals are placed on it as they were sampled (agents sample out of phase
@@ -129,14 +128,14 @@ std::map<std::string, NodeSeries> node_series(const std::vector<NodePortBurst>& 
   for (const auto& nb : bursts) {
     const RdmaPortBurst& b = nb.burst;
     auto& [x, r] = ports[{nb.node, b.device, b.port}];
-    // Soft-RoCE has no byte counters (agent/rdma/sysfs.hpp: packets from hw_counters only): packets x MTU
-    // stand for its bytes (volumes are compared among peers, which share the MTU).
+    // Soft-RoCE has no byte counters: its agent ships its interface's (agent/rdma/sysfs.hpp) or, without
+    // them, packets alone, and packets x MTU stand for its bytes (volumes are compared among peers, which
+    // share the MTU).
     auto bytes = [](uint64_t b, uint64_t pk) {
       return b ? static_cast<double>(b) : static_cast<double>(pk) * kRoceMtu;
     };
-    if (b.xmit_bytes || b.xmit_packets)
-      x.push_back({b.first_ns, b.last_ns, bytes(b.xmit_bytes, b.xmit_packets)});
-    if (b.rcv_bytes || b.rcv_packets) r.push_back({b.first_ns, b.last_ns, bytes(b.rcv_bytes, b.rcv_packets)});
+    if (double v = bytes(b.xmit_bytes, b.xmit_packets); v > 0) x.push_back({b.first_ns, b.last_ns, v});
+    if (double v = bytes(b.rcv_bytes, b.rcv_packets); v > 0) r.push_back({b.first_ns, b.last_ns, v});
   }
   std::map<std::string, NodeSeries> out;
   auto by_start = [](const Interval& a, const Interval& b) { return a.t0 < b.t0; };
@@ -193,6 +192,9 @@ struct Graph {
 };
 
 using PairSeries = std::map<std::pair<uint32_t, uint32_t>, Series>;  // (sender, receiver) -> bytes per bin
+struct SplitSeries {
+  PairSeries data, no_data;  // the senders' bytes split among their peers: data, and what carried none
+};
 
 // Size class of one bin's bytes: a factor of 4 per class. A pair's history is kept per class (see
 // evidence()), so that a node's small pipeline sends and its large DP synchronisation are attributed each by
@@ -248,7 +250,7 @@ double window_sum(const Series& s, uint64_t bin, uint64_t w) {
 }
 
 // Receivers for node i's bytes in (coarse) bin `bin`: its peers receiving then, or, when none is, the peers
-// receiving in the neighbouring bins, weighted by what they received.
+// receiving in the neighbouring bins, weighted by what they received. Empty when none received anything near.
 std::vector<std::pair<uint32_t, double>> receivers(const Graph& g, uint32_t i, uint64_t bin) {
   std::vector<std::pair<uint32_t, double>> out;
   for (uint64_t w : {uint64_t{0}, kSearchBins}) {
@@ -263,7 +265,7 @@ std::vector<std::pair<uint32_t, double>> receivers(const Graph& g, uint32_t i, u
 // MTU-sized but for each message's last one: a peer's bytes are at most its packets x MTU, and each active
 // peer's last packet is partial, so the bytes the MTUs overshoot the port's count by come off the peers
 // evenly (one partial packet each), before the rest is scaled to the port's count.
-void split_by_packets(const Graph& g, const Prior& prior, uint32_t i, double x, uint64_t bin,
+bool split_by_packets(const Graph& g, const Prior& prior, uint32_t i, double x, uint64_t bin,
                       PairSeries& out) {
   std::vector<std::pair<uint32_t, double>> cap;
   double total = 0;
@@ -272,18 +274,30 @@ void split_by_packets(const Graph& g, const Prior& prior, uint32_t i, double x, 
       cap.push_back({j, w * kRoceMtu});
       total += w * kRoceMtu;
     }
-  if (cap.empty() || total <= 0) return;
+  if (cap.empty() || total <= 0) return false;
   double over = std::max(0.0, total - x) / static_cast<double>(cap.size());
   double sum = 0;
   for (auto& [j, c] : cap) sum += (c = std::max(c - std::min(over, kRoceMtu), 0.0));
-  if (sum <= 0) return;
+  if (sum <= 0) return false;
   for (auto [j, c] : cap) out[{i, j}][bin] += x * c / sum;
+  return true;
+}
+
+// Bytes that cannot be placed as a transfer of one pair still went to one of the sender's peers: split by the
+// prior (equally when no peer has any weight), as no data (SplitSeries::no_data; see fit_bin for when).
+void split_as_no_data(const Graph& g, const Prior& prior, uint32_t i, double x, uint64_t bin,
+                      SplitSeries& out) {
+  double sum = 0;
+  for (uint32_t j : g.peers[i]) sum += prior.at(i, j, x);
+  for (uint32_t j : g.peers[i])
+    out.no_data[{i, j}][bin] +=
+        sum > 0 ? x * prior.at(i, j, x) / sum : x / static_cast<double>(g.peers[i].size());
 }
 
 // One bin's node-to-node matrix fitted to the senders' and receivers' bytes (iterative proportional
 // fitting over QP-paired pairs, starting from `prior`), added to `out`. Senders keep their bytes exactly.
 void fit_bin(const Graph& g, uint64_t bin, const std::vector<std::pair<uint32_t, double>>& senders,
-             const Prior& prior, PairSeries& out) {
+             const Prior& prior, SplitSeries& out) {
   struct Cell {
     uint32_t i, j;
     double f;
@@ -291,14 +305,21 @@ void fit_bin(const Graph& g, uint64_t bin, const std::vector<std::pair<uint32_t,
   std::vector<Cell> cells;
   std::map<uint32_t, double> target_row, target_col;
   for (auto [i, x] : senders) {
+    // The sender's QPs say how many packets went to each peer: its bytes split in those proportions. None
+    // advanced near the bin: no data then (ACKs advance no send PSN), as the probe's ACK-only bursts
+    // (feed.cpp).
     if (prior.has_psn.count(i)) {
-      // The sender's QPs say how many packets went to each peer: its bytes split in those proportions.
-      split_by_packets(g, prior, i, x, bin, out);
+      if (!split_by_packets(g, prior, i, x, bin, out.data)) split_as_no_data(g, prior, i, x, bin, out);
+      continue;
+    }
+    auto rs = receivers(g, i, bin);
+    if (rs.empty()) {  // no peer received near (its agent sampled late, or lost samples)
+      split_as_no_data(g, prior, i, x, bin, out);
       continue;
     }
     target_row[i] = x;
-    for (auto [j, r] : receivers(g, i, bin)) {
-      cells.push_back({i, j, r * (prior.has_psn.count(i) ? prior.psn_weight(i, j, bin) : prior.at(i, j, x))});
+    for (auto [j, r] : rs) {
+      cells.push_back({i, j, r * prior.at(i, j, x)});
       target_col[j] = r;
     }
   }
@@ -329,16 +350,19 @@ void fit_bin(const Graph& g, uint64_t bin, const std::vector<std::pair<uint32_t,
     for (const auto& c : cells)
       if (c.i == i && kept_cell(c, x)) kept += c.f;
     for (const auto& c : cells)
-      if (c.i == i && kept_cell(c, x) && kept > 0) out[{i, c.j}][bin] += c.f * x / kept;
+      if (c.i == i && kept_cell(c, x) && kept > 0) out.data[{i, c.j}][bin] += c.f * x / kept;
+    // No cell kept (no peer had weight for a bin this size: its only receiver is its bulk partner, and the
+    // bin is below its bulk class): sent all the same, as no data.
+    if (kept <= 0) split_as_no_data(g, prior, i, x, bin, out);
   }
 }
 
-PairSeries split(const Graph& g, const Prior& prior) {
+SplitSeries split(const Graph& g, const Prior& prior) {
   std::map<uint64_t, std::vector<std::pair<uint32_t, double>>> senders_at;
   for (uint32_t i = 0; i < g.nodes.size(); ++i)
     if (!g.peers[i].empty())
       for (const auto& [bin, x] : g.series[i].xmit) senders_at[bin].push_back({i, x});
-  PairSeries out;
+  SplitSeries out;
   for (const auto& [bin, senders] : senders_at) fit_bin(g, bin, senders, prior, out);
   return out;
 }
@@ -485,6 +509,29 @@ PairSeries refine(const Graph& fine, const PairSeries& coarse) {
   return out;
 }
 
+// One pair's series as transfers: runs of bins (merged across gaps up to kMergeGapBins), each timed by its
+// bins of at least kTrickleShare of the run's peak (the rest count in its bytes). No-data runs get no
+// payload.
+void append_runs(const Series& s, bool data, const FlowEvent& proto, std::vector<FlowEvent>& out) {
+  for (auto it = s.begin(); it != s.end();) {
+    const auto run = it;
+    uint64_t b1 = it->first;
+    double bytes = 0, peak = 0;
+    for (; it != s.end() && it->first <= b1 + kMergeGapBins + 1; ++it)
+      b1 = it->first, bytes += it->second, peak = std::max(peak, it->second);
+    uint64_t b0 = UINT64_MAX;
+    for (auto j = run; j != it; ++j)
+      if (j->second >= kTrickleShare * peak) b0 = std::min(b0, j->first), b1 = j->first;
+    FlowEvent e = proto;
+    e.first_ns = b0 * kBinNs;
+    e.last_ns = (b1 + 1) * kBinNs;
+    e.bytes = static_cast<uint64_t>(std::llround(bytes));
+    e.payload_bytes = data ? e.bytes : 0;
+    e.packets = std::max<uint64_t>(1, e.bytes / 4096);  // RoCE's usual MTU: only an order of magnitude
+    if (e.bytes > 0) out.push_back(std::move(e));
+  }
+}
+
 }  // namespace
 
 std::vector<FlowEvent> counter_events(const Input& in) {
@@ -518,37 +565,30 @@ std::vector<FlowEvent> counter_events(const Input& in) {
   Graph coarse = coarsen(g);
   Prior prior = evidence(coarse);
   add_psn(prior, in.qps, pairing, coarse);
-  for (const auto& [pair, s] : refine(g, split(coarse, prior))) {
+  SplitSeries parts = split(coarse, prior);
+  PairSeries data = refine(g, parts.data), no_data = refine(g, parts.no_data);
+  std::set<std::pair<uint32_t, uint32_t>> pairs;
+  for (const auto* ps : {&data, &no_data})
+    for (const auto& [pair, s] : *ps) pairs.insert(pair);
+  for (const auto& pair : pairs) {
     const std::string &src = g.nodes[pair.first], &dst = g.nodes[pair.second];
     auto addr = [&](const std::string& n) { return addr_of.count(n) ? addr_of.at(n) : n; };
+    FlowEvent e;
+    e.observer = src;
+    e.src = addr(src);
+    e.dst = addr(dst);
+    e.src_port = e.dst_port = kRoceV2Port;
+    e.proto = NP_PROTO_ROCE;
+    e.dir = NP_DIR_EGRESS;
+    e.from_counters = true;
+    e.counters_interval_ms = std::max(interval_of(src), interval_of(dst));
     size_t first = out.size();
-    for (auto it = s.begin(); it != s.end();) {
-      const auto run = it;
-      uint64_t b1 = it->first;
-      double bytes = 0, peak = 0;
-      for (; it != s.end() && it->first <= b1 + kMergeGapBins + 1; ++it)
-        b1 = it->first, bytes += it->second, peak = std::max(peak, it->second);
-      // Bins under kTrickleShare of the run's peak carry acknowledgements or tokens: counted in the run's
-      // bytes, they do not time it.
-      uint64_t b0 = UINT64_MAX;
-      for (auto j = run; j != it; ++j)
-        if (j->second >= kTrickleShare * peak) b0 = std::min(b0, j->first), b1 = j->first;
-      FlowEvent e;
-      e.observer = src;
-      e.src = addr(src);
-      e.dst = addr(dst);
-      e.src_port = e.dst_port = kRoceV2Port;
-      e.proto = NP_PROTO_ROCE;
-      e.dir = NP_DIR_EGRESS;
-      e.from_counters = true;
-      e.counters_interval_ms = std::max(interval_of(src), interval_of(dst));
-      e.first_ns = b0 * kBinNs;
-      e.last_ns = (b1 + 1) * kBinNs;
-      e.bytes = e.payload_bytes = static_cast<uint64_t>(std::llround(bytes));
-      e.packets = std::max<uint64_t>(1, e.bytes / 4096);  // RoCE's usual MTU: only an order of magnitude
-      if (e.bytes > 0) out.push_back(std::move(e));
-    }
-    if (out.size() > first && closed.count(std::minmax(src, dst))) out.back().tcp_flags |= kFin;
+    if (auto it = data.find(pair); it != data.end()) append_runs(it->second, true, e, out);
+    if (auto it = no_data.find(pair); it != no_data.end()) append_runs(it->second, false, e, out);
+    auto by_end = [](const FlowEvent& a, const FlowEvent& b) { return a.last_ns < b.last_ns; };
+    if (out.size() > first &&
+        closed.count(std::minmax(src, dst)))  // the pair's last transfer carries its end
+      std::max_element(out.begin() + static_cast<long>(first), out.end(), by_end)->tcp_flags |= kFin;
   }
   std::sort(out.begin(), out.end(),
             [](const FlowEvent& a, const FlowEvent& b) { return a.first_ns < b.first_ns; });

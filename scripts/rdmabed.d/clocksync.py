@@ -18,6 +18,8 @@ import sys
 import time
 
 EXCHANGES = 40  # the best of 40: under emulation a round trip is ~1-5 ms, and its lowest few are symmetric
+SET_ROUNDS = 4  # steps at most (see main)
+SET_RESIDUAL_S = 0.25e-3  # a residual the truth can live with: steps are ~1 s, error limits ~0.3 % of them
 
 
 def serve(ip, port):
@@ -58,10 +60,20 @@ def main():
         serve(ip, port)
     off, rtt = estimate(ip, port)
     if mode == "set":
-        time.clock_settime(time.CLOCK_REALTIME, time.time() + off)
-        stepped = off
-        off, rtt = estimate(ip, port)
-        print(json.dumps({"stepped_ms": stepped * 1e3, "offset_ms": off * 1e3, "rtt_ms": rtt * 1e3}))
+        # Stepped again while the residual is above 0.25 ms and above the exchange's own bound (half its round
+        # trip): under emulation one best-of-40 estimate was 9 ms off once (residual 8.98 ms measured at a
+        # 0.33 ms round trip right after the step, 8.34 ms at the end of the run), and the cross-node timing
+        # of the truth and of the agents' views were then 9 ms apart.
+        stepped, rounds = 0.0, 0
+        while rounds < SET_ROUNDS:
+            rounds += 1
+            time.clock_settime(time.CLOCK_REALTIME, time.time() + off)
+            stepped += off
+            off, rtt = estimate(ip, port)
+            if abs(off) <= max(SET_RESIDUAL_S, rtt / 2):
+                break
+        print(json.dumps({"stepped_ms": stepped * 1e3, "offset_ms": off * 1e3, "rtt_ms": rtt * 1e3,
+                          "rounds": rounds}))
     else:
         print(json.dumps({"offset_ms": off * 1e3, "rtt_ms": rtt * 1e3}))
 

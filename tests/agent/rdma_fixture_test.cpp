@@ -90,6 +90,42 @@ TEST(RdmaSysfs, SoftRoceHasOnlyHwCounters) {
   EXPECT_NE(err.find("rcvd_pkts"), std::string::npos) << err;
 }
 
+TEST(RdmaSysfs, SoftRoceBytesAreItsInterfacesFixtureInKernelLayout) {
+  // Fixture in the kernel's layout (/sys/class/infiniband beside /sys/class/net): rxe0's RoCE GID table
+  // names eth0 (gid_attrs/ndevs/0), whose statistics carry the bytes rxe does not count.
+  TempDir root;
+  const std::string ib = root.path() + "/infiniband", dir = ib + "/rxe0/ports/1";
+  write_counter(dir + "/hw_counters", "sent_pkts", 2826);
+  write_counter(dir + "/hw_counters", "rcvd_pkts", 2825);
+  std::filesystem::create_directories(dir + "/gid_attrs/ndevs");
+  std::ofstream(dir + "/gid_attrs/ndevs/0") << "eth0\n";
+  write_counter(root.path() + "/net/eth0/statistics", "tx_bytes", 2113807);
+  write_counter(root.path() + "/net/eth0/statistics", "rx_bytes", 2113756);
+  write_counter(root.path() + "/net/eth0/statistics", "tx_packets", 2451);
+  write_counter(root.path() + "/net/eth0/statistics", "rx_packets", 2449);
+  const RdmaPortPath port = list_rdma_ports(ib).at(0);
+  RawPortCounters c;
+  std::string err;
+  ASSERT_TRUE(read_port_counters(port, c, err)) << err;
+  EXPECT_EQ(c.bytes_from_netdev, "eth0");
+  RdmaCounterSample s = to_sample(port, 1, c);
+  EXPECT_EQ(s.xmit_bytes, 2113804u);  // whole 4-byte words, as the port counters count
+  EXPECT_EQ(s.rcv_bytes, 2113756u);
+  EXPECT_EQ(s.xmit_packets, 2451u);  // the interface's, read with its bytes
+  EXPECT_EQ(s.rcv_packets, 2449u);
+  EXPECT_EQ(s.hw.at("sent_pkts"), 2826u);
+  // An interface that is gone (or a name that is a path) leaves the port with packets only, not an error.
+  std::ofstream(dir + "/gid_attrs/ndevs/0") << "../../etc\n";
+  ASSERT_TRUE(read_port_counters(port, c, err)) << err;
+  EXPECT_EQ(c.bytes_from_netdev, "");
+  EXPECT_EQ(c.xmit_words, 0u);
+  std::filesystem::remove_all(root.path() + "/net");
+  std::ofstream(dir + "/gid_attrs/ndevs/0") << "eth0\n";
+  ASSERT_TRUE(read_port_counters(port, c, err)) << err;
+  EXPECT_EQ(to_sample(port, 2, c).xmit_bytes, 0u);
+  EXPECT_EQ(to_sample(port, 2, c).xmit_packets, 2826u);
+}
+
 TEST(RdmaSysfs, FixtureMissingCounterIsAClearError) {
   TempDir root;
   PortFixture p(root);

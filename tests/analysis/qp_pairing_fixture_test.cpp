@@ -106,6 +106,36 @@ TEST(QpPairingFixture, CmAddressesDecideBetweenEqualQpns) {
 
 // Two peers at once: the port counters alone cannot split n0's bytes between n1 and n2 (both receive); the
 // PSN each QP advanced by between table reads does.
+TEST(QpPairingFixture, BytesSentWhileNoQpAdvancedCountAsNoDataAndAreNeverDropped) {
+  // n0 and n1 exchange 1 MiB each way in the first 30 ms; then n1 alone sends 1 MiB (30-60 ms), which n0's
+  // port acknowledges with 400 bytes a bin (40-70 ms: no PSN of n0 advanced within a bin of them).
+  Input in;
+  const uint64_t ms = 1'000'000, t0 = 1'000 * ms;
+  uint32_t p0 = 1000, p1 = 5000;
+  for (int k = 0; k <= 7; ++k) {
+    uint64_t t = t0 + static_cast<uint64_t>(k) * 10 * ms;
+    append(in.qps, qp_table("n0", {{0x100, 0x200, p0, 0}}, t));
+    append(in.qps, qp_table("n1", {{0x200, 0x100, p1, 0}}, t));
+    if (k == 7) break;
+    const bool both = k < 3, n1_sends = k < 6, acks = k >= 4;
+    p0 += both ? 86 : 0;
+    p1 += n1_sends ? 86 : 0;
+    uint64_t x0 = both ? 349'525 : acks ? 400 : 0, x1 = n1_sends ? 349'525 : 0;
+    if (x0) in.rdma_bursts.push_back({"n0", {"rxe0", 1, t, t + 10 * ms, x0, x1, 0, 0}});
+    if (x1 && !x0) in.rdma_bursts.push_back({"n0", {"rxe0", 1, t, t + 10 * ms, 0, x1, 0, 0}});
+    if (x0 || x1) in.rdma_bursts.push_back({"n1", {"rxe0", 1, t, t + 10 * ms, x1, x0, 0, 0}});
+  }
+  uint64_t data = 0, no_data = 0, last_data_end = 0;
+  for (const auto& e : counter_events(in))
+    if (e.src == "n0") {
+      (e.payload_bytes ? data : no_data) += e.bytes;
+      if (e.payload_bytes) last_data_end = std::max(last_data_end, e.last_ns);
+    }
+  EXPECT_NEAR(static_cast<double>(data), 3 * 349'525.0, 1.0);  // the data
+  EXPECT_NEAR(static_cast<double>(no_data), 1'200.0, 1.0);     // the ACKs: counted, as no data
+  EXPECT_LE(last_data_end, t0 + 30 * ms + 1 * ms);             // and they time nothing
+}
+
 TEST(QpPairingFixture, PsnAdvanceSplitsOneNodesBytesBetweenPeers) {
   Input in;
   const uint64_t ms = 1'000'000, t0 = 1'000 * ms;
