@@ -199,9 +199,17 @@ def check_agent_rdma(ck, n, before, after, dump, qp_rows):
         got = {k: last["hw"].get(k, 0) - first["hw"].get(k, 0) for k in want}
         ck.add(f"{node}: agent's rxe0 hw_counters deltas == the VM's", got == want and want.get("sent_pkts"),
                {k: (got[k], want[k]) for k in want if got[k] or want[k]})
-        ck.add(f"{node}: agent's packet series == hw sent/rcvd_pkts",
-               (last["xmit_packets"] - first["xmit_packets"], last["rcv_packets"] - first["rcv_packets"]) ==
-               (want.get("sent_pkts"), want.get("rcvd_pkts")), (last["xmit_packets"], last["rcv_packets"]))
+        # rxe counts no bytes: the agent ships its interface's bytes and packets (agent/rdma/sysfs.hpp), which
+        # over the run are rxe's packets too (check_wire: eth0 == hw sent/rcvd_pkts).
+        d = {k: after[i][k] - before[i][k] for k in after[i] if k.startswith("if.")}
+        pk = (last["xmit_packets"] - first["xmit_packets"], last["rcv_packets"] - first["rcv_packets"])
+        ck.add(f"{node}: agent's packet series == eth0's packets == hw sent/rcvd_pkts",
+               pk == (d["if.tx_packets"], d["if.rx_packets"]) == (want.get("sent_pkts"), want.get("rcvd_pkts")),
+               (pk, d["if.tx_packets"], d["if.rx_packets"]))
+        by = (last["xmit_bytes"] - first["xmit_bytes"], last["rcv_bytes"] - first["rcv_bytes"])
+        ck.add(f"{node}: agent's byte series == eth0's bytes (whole 4-byte words)",
+               abs(by[0] - d["if.tx_bytes"]) <= 3 and abs(by[1] - d["if.rx_bytes"]) <= 3,
+               (by, d["if.tx_bytes"], d["if.rx_bytes"]))
     agent = {qp_key(q) for q in dump["qps"] if q["type"] == "RC"}
     tool = {qp_key(q) for q in qp_rows if q["type"] == "RC"}
     tool_conn = {k for k in tool if k[4] in ("RTR", "RTS")}
