@@ -177,12 +177,16 @@ std::vector<uint64_t> member_ends(const JobSlice& job, const Structure& s, size_
   for (const auto* list : {&job.xfers, &job.arrivals})
     for (const Xfer& x : *list) {
       if (!is_dp_xfer(s, x, g)) continue;
-      auto it = std::lower_bound(ends.begin(), ends.end(), x.t1);
+      // The synchronisation under way when the transfer began: one that ends after the group's end (data
+      // still arriving when the senders were done) is that synchronisation's tail, not the next one's
+      // (soft-RoCE: the last 71 KB of an all-reduce reached its member 40 ms after the sender's end, and
+      // were read as the next synchronisation's, so this one ended at an earlier piece, 72 ms early).
+      auto it = std::lower_bound(ends.begin(), ends.end(), x.t0);
       if (it == ends.end()) continue;
       // Since the group's previous end (every transfer after it is this synchronisation's, its tail
       // included, see above), and at least the half step before its end.
       uint64_t from = it == ends.begin() ? 0 : *(it - 1);
-      if (static_cast<double>(*it - x.t1) > 0.5 * ref.step && x.t1 <= from) continue;
+      if (static_cast<double>(*it) - static_cast<double>(x.t1) > 0.5 * ref.step && x.t1 <= from) continue;
       uint64_t& l = last[static_cast<size_t>(it - ends.begin())][x.dst];
       l = std::max(l, x.t1);
     }

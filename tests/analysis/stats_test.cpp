@@ -65,3 +65,36 @@ TEST(AnalysisTimelineSteps, MergeStalledNeedsNoPipelineSendBetween) {
   EXPECT_EQ(timeline_steps::merge_stalled({100, 200, 500}, dp_only, s, 0),
             (std::vector<uint64_t>{100, 200, 500}));
 }
+
+// The data a member receives after its group's senders were done (an emulated NIC's queue, a congested path)
+// is its synchronisation's tail: a transfer that began before the group's end counts for that end, not for
+// the next one (soft-RoCE: the last 71 KB of an all-reduce reached node0 40 ms after the senders' end, and
+// the synchronisation was read as ending at an earlier piece, 72 ms early).
+TEST(AnalysisTimelineSteps, MemberEndsKeepTheTailThatArrivesAfterTheSendersEnd) {
+  Structure s;
+  s.stage_of = {0, 0};
+  s.group_of = {0, 0};
+  s.dp_groups = {{0, 1}};
+  const uint64_t ms = 1'000'000;
+  auto xfer = [](uint32_t src, uint32_t dst, uint64_t t0, uint64_t t1) {
+    return Xfer{src, dst, 0, 1, t0, t1, 65536};
+  };
+  JobSlice job;
+  // Synchronisations ending (senders' views) at 1000 and 2000 ms.
+  job.xfers = {xfer(0, 1, 950 * ms, 990 * ms), xfer(1, 0, 960 * ms, 1000 * ms),
+               xfer(0, 1, 1950 * ms, 1990 * ms), xfer(1, 0, 1960 * ms, 2000 * ms)};
+  // Node 1 received its part by 995 ms; node 0 got the first piece of its part by 970 ms, the rest from 980
+  // to 1040 ms.
+  job.arrivals = {xfer(0, 1, 955 * ms, 995 * ms), xfer(1, 0, 962 * ms, 970 * ms),
+                  xfer(1, 0, 980 * ms, 1040 * ms), xfer(0, 1, 1952 * ms, 1992 * ms),
+                  xfer(1, 0, 1962 * ms, 2002 * ms)};
+  timeline_steps::Reference ref;
+  ref.group = 0;
+  ref.ends = {1000 * ms, 2000 * ms};
+  ref.step = 1000.0 * ms;
+  timeline_steps::GroupEnds ge{ref.ends, ref.ends};
+  const auto ends = timeline_steps::member_ends(job, s, 0, ge, ref);
+  ASSERT_EQ(ends.size(), 2u);
+  EXPECT_EQ(ends[0], (995 + 1040) * ms / 2);  // the median (two members: the mean) of 995 and 1040
+  EXPECT_EQ(ends[1], (1992 + 2002) * ms / 2);
+}
