@@ -23,6 +23,12 @@ namespace {
 // Transfers of one DP exchange that follow each other within 1 ms belong to the same burst of activity:
 // the same idle-gap rule the probe uses to cut flowlets.
 constexpr uint64_t kClusterGapNs = 1'000'000;
+// A receiver's clock may run behind its sender's: an arrival is taken to begin up to 1 ms before its send
+// (agents' clocks agree to within that: NTP on a LAN keeps them under a millisecond, the soft-RoCE VMs to
+// 0.05-0.6 ms). Read without it, a member's arrival of the next synchronisation's first piece, stamped 49 us
+// before the other member sent it, ended the previous synchronisation 640 ms late and two iterations read
+// as one.
+constexpr uint64_t kArrivalSkewNs = 1'000'000;
 // A direction of a DP edge counts towards "full coverage" when it carries at least 10 % of the group's
 // busiest direction: ring and pairwise algorithms load every used direction about equally, and pure-ACK or
 // leftover directions carry far less.
@@ -153,13 +159,13 @@ Episodes synchronisations(const std::vector<Burst>& cl, size_t dirs, double& thr
 // shaped or congested link (the data leaves at once and queues on the way). Where the receivers' own views
 // exist (agents' ingress), each arrival extends the synchronisation that was under way when it began
 // arriving: the latest episode started at or before it, provided no later episode had started (its data
-// cannot arrive before it was sent, and an episode's data arrives before the next one begins). Returns how
-// many ends it moved.
+// cannot arrive before it was sent, up to the clocks' disagreement, kArrivalSkewNs, and an episode's data
+// arrives before the next one begins). Returns how many ends it moved.
 size_t extend_by_arrivals(Episodes& ep, const JobSlice& job, const Structure& s, int group) {
   size_t extended = 0;
   for (const Xfer& a : job.arrivals) {
     if (!is_dp_xfer(s, a, group) || a.bytes < kMinDataBurstBytes) continue;
-    auto it = std::upper_bound(ep.starts.begin(), ep.starts.end(), a.t0);
+    auto it = std::upper_bound(ep.starts.begin(), ep.starts.end(), a.t0 + kArrivalSkewNs);
     if (it == ep.starts.begin()) continue;
     long e = ep.end_index[static_cast<size_t>(it - ep.starts.begin()) - 1];
     if (e < 0) continue;

@@ -130,6 +130,28 @@ TEST(AnalysisTimeline, SyncEndsFollowTheReceiversArrivals) {
   }
 }
 
+// A receiver whose clock runs behind its sender's stamps an arrival before its send: each synchronisation's
+// first piece then arrives "before" its episode began. It is still that synchronisation's, not the previous
+// one's (whose end it moved a whole step late, merging two iterations, in a soft-RoCE run 49 us behind).
+TEST(AnalysisTimeline, AReceiverClockSlightlyBehindMovesNoSynchronisation) {
+  synth::Spec s;
+  s.both_observers = true;
+  Input plain, behind;
+  synth::generate(s, plain);
+  synth::generate(s, behind);
+  const uint64_t skew = 300'000;  // 0.3 ms
+  delay_events(behind, 0 - skew, [](const FlowEvent& e) { return e.dir == NP_DIR_INGRESS; });
+  auto a = analyze(plain), b = analyze(behind);
+  ASSERT_EQ(a.jobs.size(), 1u);
+  ASSERT_EQ(b.jobs.size(), 1u);
+  const auto &ia = a.jobs[0].iterations, &ib = b.jobs[0].iterations;
+  ASSERT_EQ(ia.size(), ib.size());
+  ASSERT_GE(ia.size(), 8u);
+  for (size_t i = 0; i < ia.size(); ++i)
+    EXPECT_NEAR(static_cast<double>(ib[i].end_ns), static_cast<double>(ia[i].end_ns), 1e6)
+        << "iteration " << i;
+}
+
 // A pause of every rank (a checkpoint) makes one drain-to-first-activation gap far longer than the others:
 // still one iteration, not a reason to take the ordinary gaps for crossings of the 1F1B balance.
 TEST(AnalysisTimeline, PipelinePauseIsOneLongIteration) {
