@@ -25,7 +25,7 @@ namespace {
 constexpr uint64_t kClusterGapNs = 1'000'000;
 // A receiver's clock may run behind its sender's: an arrival is taken to begin up to 2 ms before its send.
 // Agents' clocks disagree by up to about a millisecond: NTP on a LAN keeps each under one; the soft-RoCE
-// VMs' clocks, set to 0.01-0.1 ms, were 0.02-1.08 ms apart at the end of 14 runs of ~100 s. Read without
+// VMs' clocks, set to 0.01-0.1 ms, were 0-1.08 ms apart at the end of 12 runs of ~100 s. Read without
 // it, a member's arrival of the next synchronisation's first piece, stamped 49 us before the other member
 // sent it, ended the previous synchronisation 640 ms late and two iterations read as one.
 constexpr uint64_t kArrivalSkewNs = 2'000'000;
