@@ -54,7 +54,7 @@ class RdmaSource {
   std::unique_ptr<RdmaBurstTracker> tracker_;
   bool qp_available_ = true;
   uint64_t qp_rows_ = 0, read_errors_ = 0;
-  std::set<std::string> netdev_logged_;  // ports whose bytes come from their interface, said once
+  std::set<std::string> netdev_logged_;  // devices whose bytes come from their interface, said once
   uint64_t last_qp_read_ns_ = 0;         // Unix ns
   uint64_t next_sample_ = 0, next_ship_ = 0, next_qp_ = 0;
   // Flat counters: the QP table is read once when every port has been still for kFlatNs after moving

@@ -188,7 +188,7 @@ def wire_totals(n, before, after, flows):
     sent = seen = 0
     per = {}
     for i in range(n):
-        d = {k: after[i][k] - before[i][k] for k in after[i] if k in before[i]}
+        d = vc.snapshot_delta(before[i], after[i])
         ip_bytes = d["if.tx_bytes"] - 14 * d["if.tx_packets"]
         mine = [f for f in flows if f["node"] == f"node{i}" and f["src"] == vc.data_ip(i)]
         roce = sum(f["bytes"] for f in mine if f["proto"] == "roce")

@@ -67,7 +67,7 @@ def check_wire(ck, n, before, after, flows):
     """Item 1: per node and direction, the probe's RoCE flows == eth0's counters == rxe's hw_counters."""
     for i in range(n):
         node, ip = f"node{i}", vc.data_ip(i)
-        d = {k: after[i][k] - before[i][k] for k in after[i] if k in before[i]}
+        d = vc.snapshot_delta(before[i], after[i])
         mine = [f for f in flows if f["node"] == node]
         other = [f"{f['proto']} {f['src']}->{f['dst']}" for f in mine if f["proto"] != "roce"]
         ck.add(f"{node}: eth0 carries RoCE only", not other, other[:5])
@@ -195,13 +195,13 @@ def check_agent_rdma(ck, n, before, after, dump, qp_rows):
             ck.add(f"{node}: agent shipped rxe0 samples", False, len(ss))
             continue
         first, last = ss[0], ss[-1]
-        want = {k[3:]: after[i][k] - before[i][k] for k in after[i] if k.startswith("hw.") and k != "hw.lifespan"}
+        d = vc.snapshot_delta(before[i], after[i])
+        want = {k[3:]: v for k, v in d.items() if k.startswith("hw.") and k != "hw.lifespan"}
         got = {k: last["hw"].get(k, 0) - first["hw"].get(k, 0) for k in want}
         ck.add(f"{node}: agent's rxe0 hw_counters deltas == the VM's", got == want and want.get("sent_pkts"),
                {k: (got[k], want[k]) for k in want if got[k] or want[k]})
         # rxe counts no bytes: the agent ships its interface's bytes and packets (agent/rdma/sysfs.hpp), which
         # over the run are rxe's packets too (check_wire: eth0 == hw sent/rcvd_pkts).
-        d = {k: after[i][k] - before[i][k] for k in after[i] if k.startswith("if.")}
         pk = (last["xmit_packets"] - first["xmit_packets"], last["rcv_packets"] - first["rcv_packets"])
         ck.add(f"{node}: agent's packet series == eth0's packets == hw sent/rcvd_pkts",
                pk == (d["if.tx_packets"], d["if.rx_packets"]) == (want.get("sent_pkts"), want.get("rcvd_pkts")),

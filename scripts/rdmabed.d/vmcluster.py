@@ -37,6 +37,11 @@ for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do read -r v <"$f"; e
 """
 
 
+def snapshot_delta(before, after):
+    """What each counter of two `Cluster.snapshot`s of one VM moved by (counters in both)."""
+    return {k: after[k] - before[k] for k in after if k in before}
+
+
 class Missing(Exception):
     """The machine lacks something the cluster needs: the message names it."""
 
