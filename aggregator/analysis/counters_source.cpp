@@ -1,13 +1,5 @@
-// The RDMA counters source (counters.hpp): per-node byte series from port bursts, split among QP peers,
-// turned into transfers.
-// Resolution. Counters-only agents sample every 10 ms, so a port's series says how many bytes moved in each
-// 10 ms interval, not when inside it. Two things recover time inside an interval:
-//  - a 1 ms grid: each node's intervals are placed on it as they were sampled (agents sample out of phase
-//    with one another), so the split below compares senders and receivers at 1 ms;
-//  - line-rate edges: the first and last interval of a run of activity usually hold less than a full
-//    interval's bytes; at the run's peak rate those bytes take only part of the interval, placed against the
-//    run (a run starts late in its first interval, ends early in its last). Collectives and pipeline sends
-//    run at line rate while they run, so the run's peak rate is their rate.
+// The RDMA counters source (counters.hpp): per-node byte series from port bursts (counters_series.cpp), split
+// among QP peers, turned into transfers.
 // What still limits a timeline from counters: an iteration boundary (the end of a DP synchronisation) is
 // known to within the sub-interval estimate of one edge, and a burst shorter than an interval cannot be
 // placed inside it at all (its rate is unknown). Measured on recordings: tests/e2e/counters_derived.py.
@@ -17,15 +9,13 @@
 #include <tuple>
 
 #include "counters.hpp"
+#include "counters_series.hpp"
 #include "netprism/flowlet.h"
 #include "stats.hpp"
 
 namespace netprism::analysis {
 namespace {
 
-// RoCE's usual path MTU (ConnectX default with a 9000-byte Ethernet MTU; 1024 with 1500): bytes per PSN.
-constexpr double kRoceMtu = 4096;
-constexpr uint64_t kBinNs = 1'000'000;  // 1 ms grid: a tenth of the sampling interval
 // Runs of one pair's bins merge across gaps up to this (the split can leave a bin or two of a transfer to
 // another peer where both were receiving).
 constexpr uint64_t kMergeGapBins = 2;
@@ -50,109 +40,24 @@ constexpr uint64_t kFitBins = 10;
 constexpr uint64_t kSearchBins = 1;
 constexpr int kFitRounds = 30;
 constexpr uint16_t kRoceV2Port = 4791;
+// How far (coarse bins) from a bin of data the PSN advance that sent it may have been read: soft-RoCE
+// advances a QP's PSN when it hands the packet to its interface, and an emulated interface drains slowly
+// (run rbc6: 136 PSNs advanced within 15 ms, their bytes left eth0 over 70 ms; 20-100 ms in other runs). On
+// a NIC the advance is the packet's departure, and the adjacent bins hold it.
+constexpr uint64_t kPsnLagBins = 10;
 // A QP pair whose PSN did not move near a bin keeps this much weight there (in packets): next to nothing,
 // yet not excluded when the PSN reads and the port counters straddle a bin differently.
 constexpr double kPsnFloor = 1e-3;
 constexpr uint32_t kPsnMask = 0xffffff;  // PSNs are 24 bits
 constexpr uint16_t kFin = 0x01;
 
-using Series = std::map<uint64_t, double>;  // bin -> bytes
-
-// Places `bytes` uniformly over [t0, t1) on the grid.
-void spread(Series& s, uint64_t t0, uint64_t t1, double bytes) {
-  if (bytes <= 0) return;
-  if (t1 <= t0) {
-    s[t0 / kBinNs] += bytes;
-    return;
-  }
-  const double per_ns = bytes / static_cast<double>(t1 - t0);
-  for (uint64_t b = t0 / kBinNs; b * kBinNs < t1; ++b) {
-    uint64_t lo = std::max(t0, b * kBinNs), hi = std::min(t1, (b + 1) * kBinNs);
-    s[b] += per_ns * static_cast<double>(hi - lo);
-  }
-}
-
-struct Interval {
-  uint64_t t0, t1;
-  double bytes;
-};
-
-// One port's intervals of one direction (sorted, adjacent ones forming runs) onto the grid, with line-rate
-// edges (see the file comment).
-void place_port(const std::vector<Interval>& iv, Series& out) {
-  for (size_t i = 0; i < iv.size();) {
-    size_t j = i + 1;
-    while (j < iv.size() && iv[j].t0 <= iv[j - 1].t1) ++j;
-    double peak = 0;
-    for (size_t k = i; k < j; ++k)
-      if (iv[k].t1 > iv[k].t0) peak = std::max(peak, iv[k].bytes / static_cast<double>(iv[k].t1 - iv[k].t0));
-    for (size_t k = i; k < j; ++k) {
-      uint64_t t0 = iv[k].t0, t1 = iv[k].t1;
-      uint64_t need = peak > 0 ? static_cast<uint64_t>(std::ceil(iv[k].bytes / peak)) : t1 - t0;
-      need = std::min(need, t1 - t0);
-      if (j - i > 1 && k == i)
-        t0 = t1 - need;  // the run starts late in its first interval
-      else if (j - i > 1 && k + 1 == j)
-        t1 = t0 + need;  // and ends early in its last
-      spread(out, t0, t1, iv[k].bytes);
-    }
-    i = j;
-  }
-}
-
-struct NodeSeries {
-  Series xmit, rcv;
-};
-
-// Each node's sampling interval: its agent ships one burst per active interval, so the median burst length
-// (ms, rounded up). A transfer made from the series carries it (EventFields::counters_interval_ms): one
-// shorter than two intervals has no rate of its own. A run of one interval is given that whole interval (its
-// peak rate is its own bytes over it), so its "rate" is its volume over the interval; from two intervals
-// on, a full one sets the run's peak, the rate at which it ran (see place_port). OpenMPI DP4's 4-6 ms
-// exchanges, read as rates, put the pairs carrying half the bytes at 0.5x the others: a false slow_link.
-std::map<std::string, uint16_t> sampling_intervals_ms(const std::vector<NodePortBurst>& bursts) {
-  std::map<std::string, std::vector<double>> lengths;
-  for (const auto& nb : bursts)
-    if (nb.burst.last_ns > nb.burst.first_ns)
-      lengths[nb.node].push_back(static_cast<double>(nb.burst.last_ns - nb.burst.first_ns));
-  std::map<std::string, uint16_t> out;
-  for (auto& [node, v] : lengths)
-    out[node] = static_cast<uint16_t>(std::clamp(std::ceil(median(std::move(v)) / 1e6), 1.0, 65535.0));
-  return out;
-}
-
-std::map<std::string, NodeSeries> node_series(const std::vector<NodePortBurst>& bursts) {
-  std::map<std::tuple<std::string, std::string, uint32_t>,
-           std::pair<std::vector<Interval>, std::vector<Interval>>>
-      ports;
-  for (const auto& nb : bursts) {
-    const RdmaPortBurst& b = nb.burst;
-    auto& [x, r] = ports[{nb.node, b.device, b.port}];
-    // Soft-RoCE has no byte counters: its agent ships its interface's (agent/rdma/sysfs.hpp) or, without
-    // them, packets alone, and packets x MTU stand for its bytes (volumes are compared among peers, which
-    // share the MTU).
-    auto bytes = [](uint64_t b, uint64_t pk) {
-      return b ? static_cast<double>(b) : static_cast<double>(pk) * kRoceMtu;
-    };
-    if (double v = bytes(b.xmit_bytes, b.xmit_packets); v > 0) x.push_back({b.first_ns, b.last_ns, v});
-    if (double v = bytes(b.rcv_bytes, b.rcv_packets); v > 0) r.push_back({b.first_ns, b.last_ns, v});
-  }
-  std::map<std::string, NodeSeries> out;
-  auto by_start = [](const Interval& a, const Interval& b) { return a.t0 < b.t0; };
-  for (auto& [k, xr] : ports) {
-    std::sort(xr.first.begin(), xr.first.end(), by_start);
-    std::sort(xr.second.begin(), xr.second.end(), by_start);
-    NodeSeries& ns = out[std::get<0>(k)];
-    place_port(xr.first, ns.xmit);
-    place_port(xr.second, ns.rcv);
-  }
-  return out;
-}
-
-double value_at(const Series& s, uint64_t bin) {
-  auto it = s.find(bin);
-  return it == s.end() ? 0 : it->second;
-}
+using counters::kBinNs;
+using counters::kRoceMtu;
+using counters::NodeSeries;
+using counters::Series;
+using counters::spread;
+using counters::value_at;
+using counters::window_sum;
 
 // Bytes sent by a and received by b at the same instants: how much of a pair's counters fit a transfer a->b.
 double coactivity(const NodeSeries& a, const NodeSeries& b) {
@@ -193,7 +98,9 @@ struct Graph {
 
 using PairSeries = std::map<std::pair<uint32_t, uint32_t>, Series>;  // (sender, receiver) -> bytes per bin
 struct SplitSeries {
-  PairSeries data, no_data;  // the senders' bytes split among their peers: data, and what carried none
+  // The senders' bytes split among their peers: data, what carried none, and the intervals of header-only
+  // packets (NodeSeries::xmit_acks; a series of their own, refined from the senders' acknowledgement series).
+  PairSeries data, no_data, acks;
 };
 
 // Size class of one bin's bytes: a factor of 4 per class. A pair's history is kept per class (see
@@ -241,14 +148,6 @@ struct Prior {
   }
 };
 
-// Bytes of a series within `w` bins of `bin`, either side.
-double window_sum(const Series& s, uint64_t bin, uint64_t w) {
-  double sum = 0;
-  for (auto it = s.lower_bound(bin > w ? bin - w : 0); it != s.end() && it->first <= bin + w; ++it)
-    sum += it->second;
-  return sum;
-}
-
 // Receivers for node i's bytes in (coarse) bin `bin`: its peers receiving then, or, when none is, the peers
 // receiving in the neighbouring bins, weighted by what they received. Empty when none received anything near.
 std::vector<std::pair<uint32_t, double>> receivers(const Graph& g, uint32_t i, uint64_t bin) {
@@ -261,19 +160,34 @@ std::vector<std::pair<uint32_t, double>> receivers(const Graph& g, uint32_t i, u
   return out;
 }
 
+// Packets each of sender i's QP peers was sent near coarse bin `bin` (PSN advance): within a bin either side
+// (Prior::psn_weight), or, up to `lag` bins away, at the nearest distance where any of them advanced. Empty:
+// none advanced.
+std::vector<std::pair<uint32_t, double>> psn_packets(const Graph& g, const Prior& prior, uint32_t i,
+                                                     uint64_t bin, uint64_t lag) {
+  std::vector<std::pair<uint32_t, double>> out;
+  for (uint32_t j : g.peers[i])
+    if (double w = prior.psn_weight(i, j, bin); w > kPsnFloor) out.push_back({j, w});
+  for (uint64_t d = 2; out.empty() && d <= lag; ++d)
+    for (uint32_t j : g.peers[i])
+      if (double w = prior.psn_weight(i, j, bin + d) + (bin >= d ? prior.psn_weight(i, j, bin - d) : 0.0);
+          w > 2 * kPsnFloor)
+        out.push_back({j, w});
+  return out;
+}
+
 // A sender's bytes in one bin split among its QP peers by the packets each QP sent (PSN advance). Packets are
 // MTU-sized but for each message's last one: a peer's bytes are at most its packets x MTU, and each active
 // peer's last packet is partial, so the bytes the MTUs overshoot the port's count by come off the peers
 // evenly (one partial packet each), before the rest is scaled to the port's count.
-bool split_by_packets(const Graph& g, const Prior& prior, uint32_t i, double x, uint64_t bin,
+bool split_by_packets(const Graph& g, const Prior& prior, uint32_t i, double x, uint64_t bin, uint64_t lag,
                       PairSeries& out) {
   std::vector<std::pair<uint32_t, double>> cap;
   double total = 0;
-  for (uint32_t j : g.peers[i])
-    if (double w = prior.psn_weight(i, j, bin); w > kPsnFloor) {
-      cap.push_back({j, w * kRoceMtu});
-      total += w * kRoceMtu;
-    }
+  for (auto [j, w] : psn_packets(g, prior, i, bin, lag)) {
+    cap.push_back({j, w * kRoceMtu});
+    total += w * kRoceMtu;
+  }
   if (cap.empty() || total <= 0) return false;
   double over = std::max(0.0, total - x) / static_cast<double>(cap.size());
   double sum = 0;
@@ -286,12 +200,11 @@ bool split_by_packets(const Graph& g, const Prior& prior, uint32_t i, double x, 
 // Bytes that cannot be placed as a transfer of one pair still went to one of the sender's peers: split by the
 // prior (equally when no peer has any weight), as no data (SplitSeries::no_data; see fit_bin for when).
 void split_as_no_data(const Graph& g, const Prior& prior, uint32_t i, double x, uint64_t bin,
-                      SplitSeries& out) {
+                      PairSeries& out) {
   double sum = 0;
   for (uint32_t j : g.peers[i]) sum += prior.at(i, j, x);
   for (uint32_t j : g.peers[i])
-    out.no_data[{i, j}][bin] +=
-        sum > 0 ? x * prior.at(i, j, x) / sum : x / static_cast<double>(g.peers[i].size());
+    out[{i, j}][bin] += sum > 0 ? x * prior.at(i, j, x) / sum : x / static_cast<double>(g.peers[i].size());
 }
 
 // One bin's node-to-node matrix fitted to the senders' and receivers' bytes (iterative proportional
@@ -307,14 +220,19 @@ void fit_bin(const Graph& g, uint64_t bin, const std::vector<std::pair<uint32_t,
   for (auto [i, x] : senders) {
     // The sender's QPs say how many packets went to each peer: its bytes split in those proportions. None
     // advanced near the bin: no data then (ACKs advance no send PSN), as the probe's ACK-only bursts
-    // (feed.cpp).
+    // (feed.cpp) -- unless the packets' sizes say data (counters_series.cpp): then the PSNs are read apart
+    // from the wire (kPsnLagBins), and the nearest advance says the peer; none near, the receivers do.
     if (prior.has_psn.count(i)) {
-      if (!split_by_packets(g, prior, i, x, bin, out.data)) split_as_no_data(g, prior, i, x, bin, out);
-      continue;
+      const bool data = value_at(g.series[i].xmit_data, bin) >= 0.5 * x;
+      if (split_by_packets(g, prior, i, x, bin, data ? kPsnLagBins : 1, out.data)) continue;
+      if (!data) {
+        split_as_no_data(g, prior, i, x, bin, out.no_data);
+        continue;
+      }
     }
     auto rs = receivers(g, i, bin);
     if (rs.empty()) {  // no peer received near (its agent sampled late, or lost samples)
-      split_as_no_data(g, prior, i, x, bin, out);
+      split_as_no_data(g, prior, i, x, bin, out.no_data);
       continue;
     }
     target_row[i] = x;
@@ -353,7 +271,7 @@ void fit_bin(const Graph& g, uint64_t bin, const std::vector<std::pair<uint32_t,
       if (c.i == i && kept_cell(c, x) && kept > 0) out.data[{i, c.j}][bin] += c.f * x / kept;
     // No cell kept (no peer had weight for a bin this size: its only receiver is its bulk partner, and the
     // bin is below its bulk class): sent all the same, as no data.
-    if (kept <= 0) split_as_no_data(g, prior, i, x, bin, out);
+    if (kept <= 0) split_as_no_data(g, prior, i, x, bin, out.no_data);
   }
 }
 
@@ -364,6 +282,9 @@ SplitSeries split(const Graph& g, const Prior& prior) {
       for (const auto& [bin, x] : g.series[i].xmit) senders_at[bin].push_back({i, x});
   SplitSeries out;
   for (const auto& [bin, senders] : senders_at) fit_bin(g, bin, senders, prior, out);
+  for (uint32_t i = 0; i < g.nodes.size(); ++i)
+    if (!g.peers[i].empty())
+      for (const auto& [bin, x] : g.series[i].xmit_acks) split_as_no_data(g, prior, i, x, bin, out.acks);
   return out;
 }
 
@@ -487,15 +408,17 @@ Graph coarsen(const Graph& g) {
   Graph c;
   c.nodes = g.nodes;
   c.peers = g.peers;
-  for (const auto& ns : g.series) c.series.push_back({coarse_of(ns.xmit), coarse_of(ns.rcv)});
+  for (const auto& ns : g.series)
+    c.series.push_back(
+        {coarse_of(ns.xmit), coarse_of(ns.rcv), coarse_of(ns.xmit_data), coarse_of(ns.xmit_acks)});
   return c;
 }
 
-// The coarse split's shares applied to each sender's fine series.
-PairSeries refine(const Graph& fine, const PairSeries& coarse) {
+// The coarse split's shares applied to each sender's fine series (`sent`: NodeSeries::xmit or xmit_acks).
+PairSeries refine(const Graph& fine, const PairSeries& coarse, Series NodeSeries::*sent) {
   PairSeries out;
   for (const auto& [pair, cs] : coarse) {
-    const Series& x = fine.series[pair.first].xmit;
+    const Series& x = fine.series[pair.first].*sent;
     Series& o = out[pair];
     for (const auto& [cb, bytes] : cs) {
       double total = 0;
@@ -537,8 +460,8 @@ void append_runs(const Series& s, bool data, const FlowEvent& proto, std::vector
 std::vector<FlowEvent> counter_events(const Input& in) {
   std::vector<FlowEvent> out;
   if (in.rdma_bursts.empty()) return out;
-  std::map<std::string, NodeSeries> series = node_series(in.rdma_bursts);
-  const auto interval_ms = sampling_intervals_ms(in.rdma_bursts);
+  std::map<std::string, NodeSeries> series = counters::node_series(in.rdma_bursts);
+  const auto interval_ms = counters::sampling_intervals_ms(in.rdma_bursts);
   auto interval_of = [&](const std::string& node) -> uint16_t {
     auto it = interval_ms.find(node);
     return it == interval_ms.end() ? 0 : it->second;
@@ -566,9 +489,11 @@ std::vector<FlowEvent> counter_events(const Input& in) {
   Prior prior = evidence(coarse);
   add_psn(prior, in.qps, pairing, coarse);
   SplitSeries parts = split(coarse, prior);
-  PairSeries data = refine(g, parts.data), no_data = refine(g, parts.no_data);
+  PairSeries data = refine(g, parts.data, &NodeSeries::xmit),
+             no_data = refine(g, parts.no_data, &NodeSeries::xmit),
+             acks = refine(g, parts.acks, &NodeSeries::xmit_acks);
   std::set<std::pair<uint32_t, uint32_t>> pairs;
-  for (const auto* ps : {&data, &no_data})
+  for (const auto* ps : {&data, &no_data, &acks})
     for (const auto& [pair, s] : *ps) pairs.insert(pair);
   for (const auto& pair : pairs) {
     const std::string &src = g.nodes[pair.first], &dst = g.nodes[pair.second];
@@ -584,7 +509,8 @@ std::vector<FlowEvent> counter_events(const Input& in) {
     e.counters_interval_ms = std::max(interval_of(src), interval_of(dst));
     size_t first = out.size();
     if (auto it = data.find(pair); it != data.end()) append_runs(it->second, true, e, out);
-    if (auto it = no_data.find(pair); it != no_data.end()) append_runs(it->second, false, e, out);
+    for (const auto* ps : {&no_data, &acks})
+      if (auto it = ps->find(pair); it != ps->end()) append_runs(it->second, false, e, out);
     auto by_end = [](const FlowEvent& a, const FlowEvent& b) { return a.last_ns < b.last_ns; };
     if (out.size() > first &&
         closed.count(std::minmax(src, dst)))  // the pair's last transfer carries its end

@@ -136,6 +136,39 @@ TEST(QpPairingFixture, BytesSentWhileNoQpAdvancedCountAsNoDataAndAreNeverDropped
   EXPECT_LE(last_data_end, t0 + 30 * ms + 1 * ms);             // and they time nothing
 }
 
+TEST(QpPairingFixture, PacketSizesTellDataFromAcksWherePsnsAreReadApartFromTheWire) {
+  // Soft-RoCE's timing: n0's QP advanced its PSN by 279 packets when the rank posted them (0-10 ms), and its
+  // interface sent them 30-60 ms (1075 B a packet: data). n1's port meanwhile sent only acknowledgements (62
+  // B a packet), and so did n0's at 80-90 ms -- though no PSN says so.
+  Input in;
+  const uint64_t ms = 1'000'000, t0 = 1'000 * ms;
+  uint32_t p0 = 1000;
+  for (int k = 0; k <= 10; ++k) {
+    uint64_t t = t0 + static_cast<uint64_t>(k) * 10 * ms;
+    append(in.qps, qp_table("n0", {{0x100, 0x200, p0, 0}}, t));
+    append(in.qps, qp_table("n1", {{0x200, 0x100, 2000, 0}}, t));
+    if (k == 10) break;
+    if (k == 0) p0 += 279;
+    if (k >= 3 && k <= 5) {
+      in.rdma_bursts.push_back({"n0", {"rxe0", 1, t, t + 10 * ms, 100'000, 1'860, 93, 30}});
+      in.rdma_bursts.push_back({"n1", {"rxe0", 1, t, t + 10 * ms, 1'860, 100'000, 30, 93}});
+    }
+    if (k == 8) in.rdma_bursts.push_back({"n0", {"rxe0", 1, t, t + 10 * ms, 620, 0, 10, 0}});
+  }
+  std::map<std::string, uint64_t> data, no_data;
+  uint64_t first = UINT64_MAX, last = 0;
+  for (const auto& e : counter_events(in)) {
+    (e.payload_bytes ? data : no_data)[e.src] += e.bytes;
+    if (e.payload_bytes) first = std::min(first, e.first_ns), last = std::max(last, e.last_ns);
+  }
+  EXPECT_NEAR(static_cast<double>(data["n0"]), 300'000.0, 1.0);  // the data, where the wire carried it
+  EXPECT_GE(first, t0 + 30 * ms);
+  EXPECT_LE(last, t0 + 60 * ms);
+  EXPECT_NEAR(static_cast<double>(no_data["n0"]), 620.0, 1.0);  // acknowledgements: counted, as no data
+  EXPECT_EQ(data["n1"], 0u);
+  EXPECT_NEAR(static_cast<double>(no_data["n1"]), 5'580.0, 1.0);
+}
+
 TEST(QpPairingFixture, PsnAdvanceSplitsOneNodesBytesBetweenPeers) {
   Input in;
   const uint64_t ms = 1'000'000, t0 = 1'000 * ms;
