@@ -31,8 +31,16 @@ uint64_t RdmaSource::effective_gap() const {
   return std::max(o_.gap_ns, 2 * o_.sample_ns);
 }
 
+// Due within half a period of its time: the loop's tick (agent.cpp tick_ns) has the sampling period and wakes
+// a little after each tick, so "now >= previous + period" fell just short at every other tick, and the
+// counters were read every 20 ms for 10 (soft-RoCE VMs: bursts of 17 ms at the median, 28-32 ms with the
+// rank busy on the one CPU). Samples stay at least half a period apart.
+static bool due(uint64_t now, uint64_t at, uint64_t period) {
+  return now + period / 2 >= at;
+}
+
 void RdmaSource::tick(uint64_t now, Batcher& out) {
-  if (tracker_ && now >= next_sample_) {
+  if (tracker_ && due(now, next_sample_, o_.sample_ns)) {
     sample(now, out);
     next_sample_ = now + o_.sample_ns;
   }
@@ -41,7 +49,7 @@ void RdmaSource::tick(uint64_t now, Batcher& out) {
   // the table, and the aggregator calls a silent job hung after max(2 steps, 1.5 s): a read kFlatNs into
   // the silence reaches it first (batches flush within 100 ms). At most one extra read per quiet period.
   const bool flat = moved_ns_ > 0 && now - moved_ns_ >= kFlatNs && flat_read_for_ != moved_ns_;
-  if (qp_available_ && (now >= next_qp_ || flat)) {
+  if (qp_available_ && (due(now, next_qp_, o_.qp_refresh_ns) || flat)) {
     refresh_qps(now, out);
     next_qp_ = now + o_.qp_refresh_ns;
     if (moved_ns_ > 0 && now - moved_ns_ >= kFlatNs) flat_read_for_ = moved_ns_;
@@ -83,13 +91,16 @@ void RdmaSource::sample(uint64_t now, Batcher& out) {
 void RdmaSource::refresh_qps(uint64_t now, Batcher& out) {
   std::vector<QpEntry> qps;
   std::string err;
+  const uint64_t read_start = mono_now_ns();
   if (!read_qp_table(qps, err)) {
     log_info("RDMA QP table not available (" + err + "); RoCE traffic is not attributed to QPs");
     qp_available_ = false;
     return;
   }
   qp_rows_ = qps.size();
-  last_qp_read_ns_ = clock_.to_realtime(now);
+  // The PSNs' time: the middle of the read (a dump of many QPs takes a while, and the counters source lines
+  // the PSNs up with the port counters, stamped when they were read).
+  last_qp_read_ns_ = clock_.to_realtime(read_start + (mono_now_ns() - read_start) / 2);
   for (auto& q : qps) {
     q.ts_ns = last_qp_read_ns_;  // the PSNs' time: the counters source differences them between reads
     out.add(q, now);

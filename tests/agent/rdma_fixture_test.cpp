@@ -14,7 +14,10 @@
 
 #include "agent/nl_builder.hpp"
 #include "agent/test_util.hpp"
+#include "batcher.hpp"
+#include "clock.hpp"
 #include "rdma/netlink.hpp"
+#include "rdma/rdma.hpp"
 #include "rdma/sysfs.hpp"
 
 using namespace netprism;
@@ -195,6 +198,32 @@ TEST(RdmaSysfs, FixtureBurstsFromCounterDeltasWithTheGapRule) {
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(out[1].first_ns, t0 + 70 * ms);
   EXPECT_EQ(out[1].xmit_bytes, 40u);
+}
+
+TEST(RdmaSysfs, FixtureCountersOnlySamplesAtEveryTickOfItsPeriod) {
+  // The agent's loop ticks every sampling period and runs the source a little after each tick (here 0.1-0.5
+  // ms, varying). Counters-only mode must read at every tick: a port busy throughout gives one burst per
+  // period.
+  TempDir root;
+  PortFixture p(root);
+  RdmaSourceOptions o;
+  o.sysfs_root = root.path();
+  o.sample_ns = 10'000'000;
+  o.ship_samples_ns = 1'000'000'000;
+  o.qp_refresh_ns = 1'000'000'000'000;
+  o.gap_ns = 20'000'000;
+  o.max_burst_ns = 10'000'000;
+  o.series = true;
+  MonoToRealtime clock;
+  RdmaSource src(o, clock);
+  ASSERT_TRUE(src.sampling());
+  Batcher out("n0", 1, BatcherOptions{1u << 20, 1'000'000'000});
+  const uint64_t t0 = 1'000'000'000;
+  for (uint64_t k = 0; k <= 100; ++k) {
+    p.set(1000 * k, 0, 10 * k, 0);
+    src.tick(t0 + k * o.sample_ns + 100'000 + (k * 37'000) % 400'000, out);
+  }
+  EXPECT_GE(out.seal(0, {}).rdma_bursts.size(), 99u);
 }
 
 TEST(RdmaSysfs, FixtureLongBurstIsCutAtTheMaximumDuration) {
