@@ -63,7 +63,7 @@ void RdmaSource::sample(uint64_t now, Batcher& out) {
   for (const auto& p : ports_) {
     RawPortCounters c;
     std::string err;
-    if (!read_port_counters(p, c, err)) {
+    if (!read_port_counters(p, c, err, ship)) {
       if (read_errors_++ == 0) log_warn("RDMA: " + err + " (further read errors only counted)");
       continue;
     }

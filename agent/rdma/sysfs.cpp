@@ -64,7 +64,7 @@ std::vector<RdmaPortPath> list_rdma_ports(const std::string& root) {
   return out;
 }
 
-bool read_port_counters(const RdmaPortPath& p, RawPortCounters& out, std::string& err) {
+bool read_port_counters(const RdmaPortPath& p, RawPortCounters& out, std::string& err, bool all_hw) {
   fs::path c = fs::path(p.dir) / "counters";
   std::error_code ec;
   // ib_core makes the counters/ group only for devices with a PMA (process_mad): soft-RoCE (rxe) has none,
@@ -87,7 +87,10 @@ bool read_port_counters(const RdmaPortPath& p, RawPortCounters& out, std::string
   }
   out.hw.clear();
   fs::path hw = fs::path(p.dir) / "hw_counters";
-  if (fs::is_directory(hw, ec)) {
+  if (!all_hw) {  // only the packet counters a port without counters/ needs (see RawPortCounters)
+    for (const char* name : {"sent_pkts", "rcvd_pkts"})
+      if (uint64_t v = 0; !pma && read_u64(hw / name, v)) out.hw[name] = v;
+  } else if (fs::is_directory(hw, ec)) {
     for (const auto& f : fs::directory_iterator(hw, ec)) {
       std::string name = f.path().filename().string();
       if (name == "lifespan") continue;  // a setting (cache lifetime in ms), not a counter

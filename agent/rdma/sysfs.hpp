@@ -38,7 +38,10 @@ struct RawPortCounters {
 // without the counters/ group (soft-RoCE) counts packets in hw_counters and no bytes: its bytes and packets
 // are then its network interface's (gid_attrs/ndevs/0 names it; <net_root>/<if>/statistics), which carries
 // its RoCE packets and whatever else that interface sends (RawPortCounters::bytes_from_netdev).
-bool read_port_counters(const RdmaPortPath& p, RawPortCounters& out, std::string& err);
+// all_hw: every hw_counters file (what a shipped sample carries); false: only what bytes and packets need,
+// for the burst series' readings between shipped samples (each file is an open/read/close, and a stale
+// cache a driver query: rxe lists about 15, a ConnectX dozens).
+bool read_port_counters(const RdmaPortPath& p, RawPortCounters& out, std::string& err, bool all_hw = true);
 
 // The shipped sample: cumulative values, bytes = words x 4.
 RdmaCounterSample to_sample(const RdmaPortPath& p, uint64_t ts_ns, const RawPortCounters& c);

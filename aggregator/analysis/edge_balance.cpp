@@ -55,7 +55,7 @@ bool unanswered(double bal, double base, const SuffixRange& future, size_t i, do
 // sizes. At every quiet gap a residue below eps (a retransmission, headers) is reset so that it cannot
 // accumulate over a long run, and so is a balance that is never answered (see unanswered()).
 EdgeBalance edge_balance(const std::vector<const Xfer*>& xs, const std::vector<Episode>& episodes, uint32_t u,
-                         double eps, uint64_t min_above_ns) {
+                         double eps) {
   EdgeBalance out;
   if (episodes.size() < 2) return out;
   std::vector<std::pair<uint64_t, double>> ev;
@@ -75,7 +75,6 @@ EdgeBalance edge_balance(const std::vector<const Xfer*>& xs, const std::vector<E
   const SuffixRange future = suffix_range(ev);
   double bal = 0, raw = 0, neg = 0;
   int side = 0;  // -1 below -eps, +1 above eps, 0 within
-  uint64_t above_since = 0;
   size_t sn = 0;
   for (size_t i = 0; i < ev.size(); ++i) {
     while (sn < snap.size() && snap[sn].first <= ev[i].first) {
@@ -87,13 +86,11 @@ EdgeBalance edge_balance(const std::vector<const Xfer*>& xs, const std::vector<E
     raw += ev[i].second;
     const int now = bal < -eps ? -1 : bal > eps ? 1 : 0;
     if (now != side && now != 0) ++(now < 0 ? out.below : out.above);
-    if (now == 1 && side != 1) above_since = ev[i].first;
-    if (side == 1 && now != 1 && ev[i].first - above_since > min_above_ns) ++out.long_above;
+    if (now == 1 && side == -1) ++out.crossing_above;
     side = now;
     uint64_t next = i + 1 < ev.size() ? ev[i + 1].first : hi;
     if (bal < -eps) neg += static_cast<double>(next - ev[i].first);
   }
-  if (side == 1 && hi - above_since > min_above_ns) ++out.long_above;
   out.negative_share = neg / static_cast<double>(hi - lo);
   return out;
 }

@@ -49,18 +49,22 @@ constexpr size_t kMaxFlips = 3;
 // every kept sample (tests/e2e/samples, 2026-11-29): 0 rises on all 36 pipeline edges (12-96 falls each);
 // on the two-way DP edges with a share of 0.05 or more, 1.2-22 rises per fall (roce_mpi_dp2 16 / 13,
 // mpi_dp4_zero3 121 / 41, ddp2_straggler 45 / 2), and 16 / 10 on the soft-RoCE straggler. So an orientation
-// that rises at least as often as it falls, 3 times at least (3 iterations), is not a pipeline's reverse.
+// that rises at least as often as it falls, 3 times at least (3 iterations), is not a pipeline's reverse
+// (one fall fewer allowed: a window that ends inside an exchange holds its fall, not its rise).
 // Other traffic on a pipeline edge could rise it: Megatron's tied-embedding all-reduce between the first and
 // last stage shares the edge at pp 2, once per iteration, against one fall per micro-batch in 1F1B (6 per
 // iteration in pp2_1f1b); GPipe at pp 2 with tied embeddings (one fall per iteration) would read as DP.
 constexpr size_t kMinRises = 3;
 // On transfers made from counters (sampled every interval, counters_source.cpp) the order within an interval
-// is lost: a transfer's start and its end are each placed to within one interval of their sender's series,
-// so a gradient can be placed up to two intervals before its activation's end, and a pipeline's reverse
-// orientation then rises above zero -- for at most those two intervals. Only rises that stay above longer
-// count there: a late DP member's contribution holds it above for its whole exchange (soft-RoCE DP2 with a
-// 300 ms straggler, counters every 10-35 ms: 57-74 ms).
-constexpr uint64_t kSampledRiseIntervals = 2;
+// is lost: a gradient can be placed before its activation's placed end, and a pipeline's reverse then rises
+// above zero, from zero (the gradient placed early, its activation not yet counted), so rises prove nothing
+// there. What a pipeline's downstream node does not do is send, in one message, more than it owes: a rise
+// from below -eps to above eps at one transfer. A late DP member does, every time it sends its reduce-scatter
+// and all-gather halves back to back. Measured: 0.35-1.0 such crossings per fall on the late member's side in
+// five soft-RoCE counters-only runs (DP2, 300 ms straggler, rcc1-rcc5; 0.11 in rbc6, sampled at 20-80 ms by
+// an agent before its sampling-cadence fix), 1 in 28 and 1 in 52 falls on the two pipeline edges of the
+// counters-derived DP2 x PP2 straggler recording. A fifth sits between.
+constexpr double kSampledCrossShare = 0.2;
 // Floor of the negative share in the log-odds cost: a share of 0.001 (one millisecond per second of
 // traffic) is "no evidence of a pipeline" already; below it the logarithm would only amplify noise.
 constexpr double kMinShare = 1e-3;
@@ -430,25 +434,27 @@ size_t edge_evidence(const Normalized& n, const JobSlice& job, EdgeMap& edges) {
     for (const Xfer* x : d.xs) sizes.push_back(static_cast<double>(x->bytes));
     double eps = 0.5 * typical_size(sizes);
     const std::vector<Episode> episodes = episodes_of(d.xs);  // d.xs is sorted by t0; one pass for all three
-    // Times on a counters sampling grid (order within an interval unknown): see kSampledRiseIntervals.
-    uint64_t interval_ns = 0;
-    for (const Xfer* x : d.xs)
-      if (n.conns[x->conn].from_counters)
-        interval_ns = std::max<uint64_t>(interval_ns, n.conns[x->conn].counters_interval_ms * 1'000'000ull);
-    const uint64_t min_rise_ns = kSampledRiseIntervals * interval_ns;
-    const EdgeBalance bu = edge_balance(d.xs, episodes, d.e.u, eps, min_rise_ns);
-    const EdgeBalance bv = edge_balance(d.xs, episodes, d.e.v, eps, min_rise_ns);
+    const bool sampled_times = std::any_of(d.xs.begin(), d.xs.end(), [&](const Xfer* x) {
+      return n.conns[x->conn].from_counters;  // times on the sampling grid: order within an interval unknown
+    });
+    const EdgeBalance bu = edge_balance(d.xs, episodes, d.e.u, eps);
+    const EdgeBalance bv = edge_balance(d.xs, episodes, d.e.v, eps);
     d.fwd = bu.negative_share;
     d.rev = bv.negative_share;
     const EdgeBalance& reverse = d.fwd >= d.rev ? bu : bv;  // below zero longer: a pipeline's reverse
-    const size_t rises = interval_ns > 0 ? reverse.long_above : reverse.above;
-    if (rises >= kMinRises && rises >= reverse.below) d.fwd = d.rev = 0;  // a late DP member's contribution
+    // A late DP member's contribution; the recording's end may cut one exchange after its fall.
+    const double falls = static_cast<double>(reverse.below);
+    const bool late_member =
+        sampled_times ? reverse.crossing_above >= kMinRises &&
+                            static_cast<double>(reverse.crossing_above) >= kSampledCrossShare * falls
+                      : reverse.above >= kMinRises && reverse.above + 1 >= reverse.below;
+    if (late_member) d.fwd = d.rev = 0;
     if (std::getenv("NP_ANALYSIS_DEBUG"))
-      std::fprintf(
-          stderr,
-          "edge %s-%s excursions u: below %zu above %zu (long %zu); v: below %zu above %zu (long %zu)\n",
-          n.nodes[d.e.u].c_str(), n.nodes[d.e.v].c_str(), bu.below, bu.above, bu.long_above, bv.below,
-          bv.above, bv.long_above);
+      std::fprintf(stderr,
+                   "edge %s-%s excursions u: below %zu above %zu (crossing %zu); v: below %zu above %zu "
+                   "(crossing %zu)\n",
+                   n.nodes[d.e.u].c_str(), n.nodes[d.e.v].c_str(), bu.below, bu.above, bu.crossing_above,
+                   bv.below, bv.above, bv.crossing_above);
     if (volume_drifts(d.xs, episodes, d.e.u)) d.fwd = d.rev = 0;  // one way carries more (edge_drift.cpp)
     if (std::getenv("NP_ANALYSIS_DEBUG"))
       std::fprintf(stderr, "edge %s-%s bytes %llu/%llu neg fwd %.3f rev %.3f\n", n.nodes[d.e.u].c_str(),

@@ -120,10 +120,12 @@ std::vector<Episode> episodes_of(const std::vector<const Xfer*>& xs);
 struct EdgeBalance {
   double negative_share = 0;
   size_t below = 0, above = 0;
-  size_t long_above = 0;  // excursions above eps that stayed there longer than min_above_ns
+  // Rises from below -eps to above eps at one transfer: u sent, in one message, more than it owed (see
+  // parallelism.cpp, kSampledCrossShare).
+  size_t crossing_above = 0;
 };
 EdgeBalance edge_balance(const std::vector<const Xfer*>& xs, const std::vector<Episode>& episodes, uint32_t u,
-                         double eps, uint64_t min_above_ns = 0);
+                         double eps);
 // Volume drift of an edge's time-sorted transfers and their episodes_of() (edge_drift.cpp): |per-byte excess
 // of u's direction over the other's|, what is in flight at the window's ends averaged out; ~0 for a pipeline.
 double drift_share(const std::vector<const Xfer*>& xs, const std::vector<Episode>& episodes, uint32_t u);

@@ -131,11 +131,11 @@ def measure_clocks(c):
 AGENT_TOML = "[budget]\ncpu_percent = 100\n[probe]\ngap_us = 50000\nmax_burst_ms = 1000\n"
 
 
-def start_agents(c, agent_args, prefix=""):
+def start_agents(c, agent_args):
     for i in range(c.n):
         with open(c.host_path(i, "agent.toml"), "w") as f:
             f.write(AGENT_TOML)
-        c.spawn(i, f"exec {prefix}/ctl/netprism-agent --insecure --aggregator {c.agg['endpoint']} --node node{i} "
+        c.spawn(i, f"exec /ctl/netprism-agent --insecure --aggregator {c.agg['endpoint']} --node node{i} "
                    f"--iface eth0 --spool-dir /tmp/spool --config /ctl/agent.toml {agent_args}", "agent")
 
 
@@ -233,20 +233,16 @@ def counters_only_mode(c, a):
     byte counters: the agent ships its interface's bytes and packets (agent/rdma/sysfs.cpp). The answer is the
     aggregator's live one, as in probe mode: the daemon runs the counters source (counters_live.cpp), and its
     jobs say "source": "counters". Returns (extra agent arguments, analysis function (c, netprism, out) ->
-    document, the agent command's prefix)."""
+    document)."""
     def analyse(c, netprism, out):
         return score.from_live(netprism_wrapper(c, netprism, out), c.agg["query"])
-    # The agent at a real-time priority: each VM has one emulated CPU, shared with the rank and rxe's packet
-    # processing. At the default priority the agent's 10 ms reads came 10-80 ms apart (run rbc6: median burst
-    # 32 / 28 ms on node0 / node1), and a burst's bytes and packets, read from two files, up to a burst apart.
-    # A GPU node has cores to spare for it: the series' resolution is what item 4 measures, not the VM's.
-    return "--rdma-counters-only", analyse, "chrt -r 20 "
+    return "--rdma-counters-only", analyse
 
 
 def probe_mode(c, a):
     def analyse(c, netprism, out):
         return score.from_live(netprism_wrapper(c, netprism, out), c.agg["query"])
-    return "", analyse, ""
+    return "", analyse
 
 
 def run(a, bins):
@@ -278,9 +274,9 @@ def run(a, bins):
         for i in range(n):
             for src in (os.path.join(E2E, "train_mpi.py"), os.path.join(vc.HERE, "clocksync.py")):
                 shutil.copy(src, c.host_path(i, os.path.basename(src)))
-        agent_args, analyse, agent_prefix = (counters_only_mode if a.counters_only else probe_mode)(c, a)
+        agent_args, analyse = (counters_only_mode if a.counters_only else probe_mode)(c, a)
         manifest["clock_set"] = sync_clocks(c, out)
-        start_agents(c, agent_args, agent_prefix)
+        start_agents(c, agent_args)
         c.wait_agents(bins["netprism"], n, timeout=300)  # the probe's BPF verification: ~1 min emulated
         before = [c.snapshot(i) for i in range(n)]
         manifest["train_started"] = time.time()

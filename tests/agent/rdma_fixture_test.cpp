@@ -72,6 +72,9 @@ TEST(RdmaSysfs, FixtureCountersAreWordsTimesFour) {
   EXPECT_EQ(s.xmit_packets, 7u);
   EXPECT_EQ(s.rcv_packets, 3u);
   EXPECT_EQ(s.hw, (std::map<std::string, uint64_t>{{"out_of_sequence", 5}}));
+  ASSERT_TRUE(read_port_counters(ports[0], c, err, false)) << err;  // between shipped samples
+  EXPECT_TRUE(c.hw.empty());
+  EXPECT_EQ(c.xmit_words, 1000u);
 }
 
 TEST(RdmaSysfs, SoftRoceHasOnlyHwCounters) {
@@ -88,6 +91,11 @@ TEST(RdmaSysfs, SoftRoceHasOnlyHwCounters) {
   EXPECT_EQ(s.rcv_packets, 2825u);
   EXPECT_EQ(s.xmit_bytes, 0u);
   EXPECT_EQ(s.hw.at("sent_pkts"), 2826u);
+  // Between shipped samples only the packet counters are read.
+  write_counter(dir + "/hw_counters", "retry_exceeded_err", 1);
+  ASSERT_TRUE(read_port_counters(list_rdma_ports(root.path()).at(0), c, err, false)) << err;
+  EXPECT_EQ(c.hw, (std::map<std::string, uint64_t>{{"rcvd_pkts", 2825}, {"sent_pkts", 2826}}));
+  EXPECT_EQ(c.xmit_packets, 2826u);
   std::filesystem::remove(dir + "/hw_counters/rcvd_pkts");
   EXPECT_FALSE(read_port_counters(list_rdma_ports(root.path()).at(0), c, err));
   EXPECT_NE(err.find("rcvd_pkts"), std::string::npos) << err;
