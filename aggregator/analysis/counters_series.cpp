@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <tuple>
 
 #include "stats.hpp"
@@ -126,18 +127,26 @@ std::map<std::string, uint16_t> sampling_intervals_ms(const std::vector<NodePort
 }
 
 std::map<std::string, NodeSeries> node_series(const std::vector<NodePortBurst>& bursts) {
-  std::map<std::tuple<std::string, std::string, uint32_t>,
-           std::pair<std::vector<Interval>, std::vector<Interval>>>
-      ports;
+  using Port = std::tuple<std::string, std::string, uint32_t>;
+  std::map<Port, std::pair<std::vector<Interval>, std::vector<Interval>>> ports;
+  std::set<Port> counts_bytes;
+  for (const auto& nb : bursts)
+    if (nb.burst.xmit_bytes || nb.burst.rcv_bytes)
+      counts_bytes.insert({nb.node, nb.burst.device, nb.burst.port});
   for (const auto& nb : bursts) {
     const RdmaPortBurst& b = nb.burst;
-    auto& [x, r] = ports[{nb.node, b.device, b.port}];
+    const Port port{nb.node, b.device, b.port};
+    auto& [x, r] = ports[port];
     // Soft-RoCE has no byte counters: its agent ships its interface's (agent/rdma/sysfs.hpp) or, without
     // them, packets alone, and packets x MTU stand for its bytes (volumes are compared among peers, which
-    // share the MTU; what they carried is then unknown).
+    // share the MTU; what they carried is then unknown). A port that counts bytes and shows packets without
+    // bytes in an interval had them read on either side of its packets: its bytes are in the next interval
+    // (as packets x MTU they were counted twice: 229 KB too many of a soft-RoCE run's 4.3 MB).
+    const bool bytes_counted = counts_bytes.count(port) > 0;
     auto interval = [&](uint64_t bytes, uint64_t pk) {
-      return bytes ? Interval{b.first_ns, b.last_ns, static_cast<double>(bytes), carries(bytes, pk)}
-                   : Interval{b.first_ns, b.last_ns, static_cast<double>(pk) * kRoceMtu, Carries::unknown};
+      return bytes || bytes_counted
+                 ? Interval{b.first_ns, b.last_ns, static_cast<double>(bytes), carries(bytes, pk)}
+                 : Interval{b.first_ns, b.last_ns, static_cast<double>(pk) * kRoceMtu, Carries::unknown};
     };
     if (Interval v = interval(b.xmit_bytes, b.xmit_packets); v.bytes > 0) x.push_back(v);
     if (Interval v = interval(b.rcv_bytes, b.rcv_packets); v.bytes > 0) r.push_back(v);

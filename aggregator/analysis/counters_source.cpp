@@ -10,6 +10,7 @@
 
 #include "counters.hpp"
 #include "counters_series.hpp"
+#include "debug_log.hpp"
 #include "netprism/flowlet.h"
 #include "stats.hpp"
 
@@ -515,6 +516,16 @@ std::vector<FlowEvent> counter_events(const Input& in) {
     if (out.size() > first &&
         closed.count(std::minmax(src, dst)))  // the pair's last transfer carries its end
       std::max_element(out.begin() + static_cast<long>(first), out.end(), by_end)->tcp_flags |= kFin;
+  }
+  if (debug::lines_on()) {  // every byte the ports counted sent is in some transfer: in == out per node
+    std::map<std::string, std::pair<double, double>> io;
+    for (const auto& nb : in.rdma_bursts) io[nb.node].first += static_cast<double>(nb.burst.xmit_bytes);
+    for (const auto& e : out) io[e.observer].second += static_cast<double>(e.bytes);
+    for (const auto& [node, v] : io) {
+      std::string l;
+      debug::appendf(l, "counters: %s sent %.0f bytes, %.0f in transfers", node.c_str(), v.first, v.second);
+      debug::line(l);
+    }
   }
   std::sort(out.begin(), out.end(),
             [](const FlowEvent& a, const FlowEvent& b) { return a.first_ns < b.first_ns; });

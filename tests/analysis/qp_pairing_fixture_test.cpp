@@ -169,6 +169,28 @@ TEST(QpPairingFixture, PacketSizesTellDataFromAcksWherePsnsAreReadApartFromTheWi
   EXPECT_NEAR(static_cast<double>(no_data["n1"]), 5'580.0, 1.0);
 }
 
+TEST(QpPairingFixture, PacketsReadApartFromTheirBytesAddNoBytes) {
+  // A port that counts bytes had its packets read in one interval and their bytes in the next (soft-RoCE
+  // VMs: two files read ms apart): 0 bytes beside 20 packets is not 20 x MTU bytes more.
+  Input in;
+  const uint64_t ms = 1'000'000, t0 = 1'000 * ms;
+  uint32_t p0 = 1000;
+  const uint64_t bytes[] = {50'000, 0, 30'000}, packets[] = {45, 20, 0};
+  for (int k = 0; k <= 4; ++k) {
+    uint64_t t = t0 + static_cast<uint64_t>(k) * 10 * ms;
+    append(in.qps, qp_table("n0", {{0x100, 0x200, p0, 0}}, t));
+    append(in.qps, qp_table("n1", {{0x200, 0x100, 2000, 0}}, t));
+    if (k >= 3) continue;
+    p0 += static_cast<uint32_t>(packets[k]);
+    in.rdma_bursts.push_back({"n0", {"rxe0", 1, t, t + 10 * ms, bytes[k], 0, packets[k], 0}});
+    in.rdma_bursts.push_back({"n1", {"rxe0", 1, t, t + 10 * ms, 0, bytes[k], 0, packets[k]}});
+  }
+  uint64_t sent = 0;
+  for (const auto& e : counter_events(in))
+    if (e.src == "n0") sent += e.bytes;
+  EXPECT_NEAR(static_cast<double>(sent), 80'000.0, 1.0);
+}
+
 TEST(QpPairingFixture, PsnAdvanceSplitsOneNodesBytesBetweenPeers) {
   Input in;
   const uint64_t ms = 1'000'000, t0 = 1'000 * ms;
