@@ -12,44 +12,22 @@ contract JSON must say:
   - the finished job reads `ended` (its end from the QP tables).
 Usage: counters_vm_test.py RDMABED BUILD_DIR. Exit 77 when rdmabed says it cannot run without root outside CI.
 """
-import json
-import shutil
-import subprocess
-import sys
-import tempfile
 import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vm_contract import Run  # noqa: E402
 
 
 def main():
-    rdmabed, build = sys.argv[1], sys.argv[2]
-    out = tempfile.mkdtemp(prefix="rdma-counters-")
-    os.rmdir(out)  # rdmabed run wants a new or empty directory
-    r = subprocess.run([rdmabed, "--build", build, "run", "--dp", "2", "--pp", "1", "--slow-rank", "1",
-                        "--slow-ms", "300", "--slow-from", "6", "--counters-only", "--out", out],
-                       text=True, capture_output=True)
-    sys.stderr.write(r.stderr[-6000:])
-    if r.returncode == 77:
-        return 77
-    lines = r.stdout.strip().splitlines()
-    if r.returncode != 0 or not lines:
-        print(f"FAIL: rdmabed run exited {r.returncode}; kept {out}")
-        return 1
-    res = json.loads(lines[-1])
-    print(json.dumps({k: v for k, v in res.items() if k not in ("wire", "clock_set", "clock_end")}, indent=1))
-    fails = []
-
-    def need(what, ok):
-        print(f"{'ok  ' if ok else 'FAIL'} {what}")
-        if not ok:
-            fails.append(what)
-
+    run = Run(sys.argv[1], sys.argv[2], ["--dp", "2", "--pp", "1", "--slow-rank", "1", "--slow-ms", "300",
+                                         "--slow-from", "6", "--counters-only"], "rdma-counters-")
+    if run.code is not None:
+        return run.code
+    res, need = run.res, run.need
     need("the probe saw none of the RoCE bytes", res["verbs_bytes_sent"] > 0 and res["verbs_bytes_seen"] == 0)
     need("source counters", res["source"] == "counters")
-    need("one job", res["jobs"] == 1)
-    need("grouping exact", res["grouping_exact"] is True)
-    need("parallelism exact (dp 2, pp 1, the DP group)", res["parallelism_exact"] is True)
-    need("every truth iteration but the first two matched",
-         res["iterations_truth"] >= 10 and res["iterations_matched"] >= res["iterations_truth"] - 2)
+    run.need_dp2_structure()
     for q, lim in (("median", 1.0), ("p95", 3.0)):
         err = res[f"err_{q}_pct"]
         need(f"duration error {q} {err} % <= {lim} %", err is not None and err <= lim)
@@ -58,11 +36,7 @@ def main():
          len(stragglers) == 1 and stragglers[0][1] == "node1" and abs(stragglers[0][2] - 6) <= 3)
     need("nothing else found", len(res["findings"]) == len(stragglers))
     need("the finished job reads ended", res["state"] == "ended")
-    if fails:
-        print(f"FAIL: {len(fails)} check(s); kept {out}")
-        return 1
-    shutil.rmtree(out, ignore_errors=True)
-    return 0
+    return run.verdict()
 
 
 if __name__ == "__main__":

@@ -11,36 +11,18 @@ the soft-RoCE VMs, and its contract JSON must say:
   - the finished job reads `ended` with no hang finding (its end from the QP tables: RoCE has no FIN).
 Usage: train_vm_test.py RDMABED BUILD_DIR. Exit 77 when rdmabed says it cannot run without root outside CI.
 """
-import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vm_contract import Run  # noqa: E402
 
 
 def main():
-    rdmabed, build = sys.argv[1], sys.argv[2]
-    out = tempfile.mkdtemp(prefix="rdma-train-")
-    os.rmdir(out)  # rdmabed run wants a new or empty directory
-    r = subprocess.run([rdmabed, "--build", build, "run", "--dp", "2", "--pp", "1", "--out", out],
-                       text=True, capture_output=True)
-    sys.stderr.write(r.stderr[-6000:])
-    if r.returncode == 77:
-        return 77
-    lines = r.stdout.strip().splitlines()
-    if r.returncode != 0 or not lines:
-        print(f"FAIL: rdmabed run exited {r.returncode}; kept {out}")
-        return 1
-    res = json.loads(lines[-1])
-    print(json.dumps({k: v for k, v in res.items() if k not in ("wire", "clock_set", "clock_end")}, indent=1))
-    fails = []
-
-    def need(what, ok):
-        print(f"{'ok  ' if ok else 'FAIL'} {what}")
-        if not ok:
-            fails.append(what)
-
+    run = Run(sys.argv[1], sys.argv[2], ["--dp", "2", "--pp", "1"], "rdma-train-")
+    if run.code is not None:
+        return run.code
+    res, need = run.res, run.need
     need("the probe's RoCE bytes == every byte eth0 sent (IP level)",
          res["verbs_bytes_sent"] > 0 and res["verbs_bytes_seen"] == res["verbs_bytes_sent"])
     for node, w in res["wire"].items():
@@ -51,11 +33,7 @@ def main():
         need(f"{node}: rxe's packets == eth0's, less as many loopback packets sent as received",
              w["rxe_sent_pkts"] - w["eth0_tx_packets"] == w["rxe_rcvd_pkts"] - w["eth0_rx_packets"] >= 0)
     need("RoCE carried at least the gradients all-reduced", res["verbs_bytes_sent"] >= res["app_gradient_bytes"] > 0)
-    need("one job", res["jobs"] == 1)
-    need("grouping exact", res["grouping_exact"] is True)
-    need("parallelism exact (dp 2, pp 1, the DP group)", res["parallelism_exact"] is True)
-    need("every truth iteration but the first two matched",
-         res["iterations_truth"] >= 10 and res["iterations_matched"] >= res["iterations_truth"] - 2)
+    run.need_dp2_structure()
     for q, lim in (("median", 0.3), ("p95", 1.0)):
         err, noise = res[f"err_{q}_pct"], res[f"truth_noise_{q}_pct"]
         allowed = max(lim, 1.5 * (noise or 0))
@@ -67,11 +45,7 @@ def main():
     # RoCE has no FIN: the end is read from the agents' QP tables (the job's QPs gone), never a false hang.
     need("the finished job reads ended, no hang finding",
          res["state"] == "ended" and not [f for f in res["findings"] if f[0] == "hang"])
-    if fails:
-        print(f"FAIL: {len(fails)} check(s); kept {out}")
-        return 1
-    shutil.rmtree(out, ignore_errors=True)
-    return 0
+    return run.verdict()
 
 
 if __name__ == "__main__":
