@@ -61,7 +61,7 @@ constexpr size_t kMinRises = 3;
 // there. What a pipeline's downstream node does not do is send, in one message, more than it owes: a rise
 // from below -eps to above eps at one transfer. A late DP member does, every time it sends its reduce-scatter
 // and all-gather halves back to back. Measured: 0.35-1.0 such crossings per fall on the late member's side in
-// five soft-RoCE counters-only runs (DP2, 300 ms straggler, rcc1-rcc5; 0.11 in rbc6, sampled at 20-80 ms by
+// ten soft-RoCE counters-only runs (DP2, 300 ms straggler, rcc1-rcc11; 0.11 in rbc6, sampled at 20-80 ms by
 // an agent before its sampling-cadence fix), 1 in 28 and 1 in 52 falls on the two pipeline edges of the
 // counters-derived DP2 x PP2 straggler recording. A fifth sits between.
 constexpr double kSampledCrossShare = 0.2;
