@@ -116,7 +116,8 @@ class LiveCounters {
   std::vector<NodeQp> rows_;           // read after the last cut
   std::map<std::tuple<std::string, std::string, uint32_t, uint32_t>, NodeQp> latest_;  // per QP
   std::map<std::string, uint64_t> read_ns_;                                            // latest read per node
-  std::set<std::pair<std::string, std::string>> probe_pairs_;                          // addresses
+  std::set<std::tuple<std::string, std::string, std::string>>
+      probe_pairs_;                                           // observer, src and dst addresses
   std::map<std::pair<std::string, std::string>, Sent> sent_;  // (src, dst) address -> events handed over
   uint64_t cut_ns_ = 0;                                       // segments end here so far
 };

@@ -48,7 +48,7 @@ void LiveCounters::table_read(const std::string& node, uint64_t read_ns) {
 }
 
 void LiveCounters::probe_flow(const FlowEvent& e) {
-  if (e.proto == NP_PROTO_ROCE && !e.from_counters) probe_pairs_.insert({e.src, e.dst});
+  if (e.proto == NP_PROTO_ROCE && !e.from_counters) probe_pairs_.insert({e.observer, e.src, e.dst});
 }
 
 void LiveCounters::add_latest(Input& in) const {
@@ -82,8 +82,9 @@ std::vector<FlowEvent> LiveCounters::take(uint64_t now_ns,
   Input in;
   in.addr_node = addr_node;
   in.qp_read_ns = read_ns_;
-  for (const auto& [src, dst] : probe_pairs_) {
+  for (const auto& [observer, src, dst] : probe_pairs_) {
     FlowEvent e;
+    e.observer = observer;
     e.src = src;
     e.dst = dst;
     e.proto = NP_PROTO_ROCE;

@@ -344,7 +344,8 @@ Prior evidence(const Graph& g) {
 }
 
 Graph graph_of(const QpPairing& p, std::map<std::string, NodeSeries> series,
-               const std::set<std::pair<std::string, std::string>>& probe_pairs) {
+               const std::set<std::pair<std::string, std::string>>& probe_pairs,
+               const std::set<std::string>& probe_nodes) {
   Graph g;
   std::map<std::string, uint32_t> idx;
   auto id = [&](const std::string& n) {
@@ -357,7 +358,7 @@ Graph graph_of(const QpPairing& p, std::map<std::string, NodeSeries> series,
     return it->second;
   };
   for (const auto& l : p.links) {
-    if (probe_pairs.count({l.a, l.b})) continue;
+    if (probe_pairs.count({l.a, l.b}) || probe_nodes.count(l.a) || probe_nodes.count(l.b)) continue;
     uint32_t a = id(l.a), b = id(l.b);
     g.peers[a].push_back(b);
     g.peers[b].push_back(a);
@@ -475,17 +476,23 @@ std::vector<FlowEvent> counter_events(const Input& in) {
     auto it = in.addr_node.find(addr);
     return it == in.addr_node.end() ? addr : it->second;
   };
+  // A node whose own probe saw RoCE sees all of its port's (a probe sees a port's RDMA or none of it:
+  // soft-RoCE or a mirror, against a NIC that bypasses the kernel), so its port counters add nothing, and
+  // their bytes split among the QP peers the probe did not name would be the probe's traffic counted again.
   std::set<std::pair<std::string, std::string>> probe_pairs;
+  std::set<std::string> probe_nodes;
   for (const auto& e : in.events)
-    if (e.proto == NP_PROTO_ROCE && !e.from_counters)
+    if (e.proto == NP_PROTO_ROCE && !e.from_counters) {
       probe_pairs.insert(std::minmax(node_of(e.src), node_of(e.dst)));
+      if (!e.observer.empty()) probe_nodes.insert(node_of(e.observer));
+    }
   std::map<std::string, std::string> addr_of;
   for (const auto& [addr, node] : in.addr_node) addr_of.try_emplace(node, addr);
   std::set<std::pair<std::string, std::string>> closed;
   for (const auto& l : pairing.links)
     if (l.closed) closed.insert({l.a, l.b});
 
-  Graph g = graph_of(pairing, std::move(series), probe_pairs);
+  Graph g = graph_of(pairing, std::move(series), probe_pairs, probe_nodes);
   Graph coarse = coarsen(g);
   Prior prior = evidence(coarse);
   add_psn(prior, in.qps, pairing, coarse);

@@ -191,6 +191,28 @@ TEST(QpPairingFixture, PacketsReadApartFromTheirBytesAddNoBytes) {
   EXPECT_NEAR(static_cast<double>(sent), 80'000.0, 1.0);
 }
 
+TEST(QpPairingFixture, ANodeWhoseProbeSeesRoceGetsNoCounterTransfers) {
+  // n0's probe saw its RoCE to n1 (soft-RoCE); its QP table also pairs a QP with n2 (four soft-RoCE nodes'
+  // QPNs all start at 17, so a stale or wrong match is easy). n0's port counts the probe's traffic: split
+  // to n2 it would be counted twice, as a connection that never carried it.
+  Input in;
+  const uint64_t ms = 1'000'000, t0 = 1'000 * ms;
+  for (int k = 0; k <= 3; ++k) {
+    uint64_t t = t0 + static_cast<uint64_t>(k) * 10 * ms;
+    append(in.qps, qp_table("n0", {{0x100, 0x200, 1000u + 50u * static_cast<uint32_t>(k), 0}}, t));
+    append(in.qps, qp_table("n2", {{0x200, 0x100, 2000, 0}}, t));
+    if (k < 3) in.rdma_bursts.push_back({"n0", {"rxe0", 1, t, t + 10 * ms, 200'000, 0, 190, 0}});
+  }
+  FlowEvent probe;
+  probe.observer = "n0";
+  probe.src = "n0";
+  probe.dst = "n1";
+  probe.proto = NP_PROTO_ROCE;
+  probe.bytes = 600'000;
+  in.events.push_back(probe);
+  for (const auto& e : counter_events(in)) EXPECT_NE(e.src, "n0") << e.dst;
+}
+
 TEST(QpPairingFixture, PsnAdvanceSplitsOneNodesBytesBetweenPeers) {
   Input in;
   const uint64_t ms = 1'000'000, t0 = 1'000 * ms;
