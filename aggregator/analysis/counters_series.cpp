@@ -144,7 +144,7 @@ std::map<std::string, NodeSeries> node_series(const std::vector<NodePortBurst>& 
     // (as packets x MTU they were counted twice: 229 KB too many of a soft-RoCE run's 4.3 MB).
     const bool bytes_counted = counts_bytes.count(port) > 0;
     auto interval = [&](uint64_t bytes, uint64_t pk) {
-      return bytes || bytes_counted
+      return bytes_counted
                  ? Interval{b.first_ns, b.last_ns, static_cast<double>(bytes), carries(bytes, pk)}
                  : Interval{b.first_ns, b.last_ns, static_cast<double>(pk) * kRoceMtu, Carries::unknown};
     };

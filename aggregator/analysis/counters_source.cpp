@@ -479,6 +479,7 @@ std::vector<FlowEvent> counter_events(const Input& in) {
   // A node whose own probe saw RoCE sees all of its port's (a probe sees a port's RDMA or none of it:
   // soft-RoCE or a mirror, against a NIC that bypasses the kernel), so its port counters add nothing, and
   // their bytes split among the QP peers the probe did not name would be the probe's traffic counted again.
+  // Records without an observer (a flow CSV without its node column) leave out their node pair only.
   std::set<std::pair<std::string, std::string>> probe_pairs;
   std::set<std::string> probe_nodes;
   for (const auto& e : in.events)
